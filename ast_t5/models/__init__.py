@@ -1,0 +1,1 @@
+"""AST-T5 models."""

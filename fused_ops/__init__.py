@@ -1,0 +1,1 @@
+"""Fused CUDA ops with PyTorch reference fallbacks."""

@@ -1,0 +1,1 @@
+"""Corpus pipeline: code files -> tree-sitter ASTs -> AST-aware segments -> binarized data."""

@@ -1,0 +1,177 @@
+"""Run the pipeline over one shard of the corpus, and merge finished shards into the dataset.
+
+A document belongs to shard ``hash(key) % num_shards``, so shards can run independently (one per
+cluster job). Each shard is written to a temporary folder and renamed when complete; a rerun
+skips complete shards, so a killed run finishes where it stopped and gives the same bytes as an
+uninterrupted one. Exact duplicates (same content hash) are dropped inside a shard while it runs
+and across shards when merging (the copy in the lowest shard, earliest in walk order, is kept).
+"""
+import json
+import logging
+import multiprocessing as mp
+import os
+import shutil
+import time
+from collections import Counter, defaultdict
+from typing import Dict, Iterable, List, Optional
+
+from .formats import AST_DTYPE, IndexedWriter, token_dtype
+from .inputs import iter_documents, stable_hash
+from .pipeline import FileResult, WorkerContext, process_document
+
+logger = logging.getLogger(__name__)
+
+SPLITS = ("train", "valid", "test")
+_CTX: Optional[WorkerContext] = None  # one per worker process, set by the pool initializer
+
+
+def shard_dir(out_dir: str, shard_id: int, num_shards: int) -> str:
+    return os.path.join(out_dir, "shards", f"shard-{shard_id:05d}-of-{num_shards:05d}")
+
+
+def shard_documents(inputs, language, shard_id: int, num_shards: int, exclude_dirs=()):
+    for doc in iter_documents(inputs, language, exclude_dirs):
+        if num_shards == 1 or stable_hash("shard:" + doc.key) % num_shards == shard_id:
+            yield doc
+
+
+def _init_worker(ctx_args) -> None:
+    global _CTX
+    _CTX = WorkerContext(*ctx_args)
+
+
+def _work(doc) -> FileResult:
+    return process_document(doc, _CTX)
+
+
+def _results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult]:
+    """Results in document order, from a process pool when workers > 1."""
+    if workers <= 1:
+        ctx = WorkerContext(*ctx_args)
+        for doc in docs:
+            yield process_document(doc, ctx)
+        return
+    with mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(
+            workers, initializer=_init_worker, initargs=(ctx_args,)) as pool:
+        yield from pool.imap(_work, docs, chunksize=4)
+
+
+class ShardWriter:
+    """Per (language, split) token and AST datasets of one shard, plus per-file records."""
+
+    def __init__(self, root: str, vocab_size: int):
+        self.root, self.dtype = root, token_dtype(vocab_size)
+        self.writers: Dict[tuple, tuple] = {}
+        self.files: Dict[str, List[list]] = defaultdict(list)  # "lang/split" -> [hash, segs, toks]
+
+    def add(self, res: FileResult, eos: int) -> None:
+        key = (res.language, res.split)
+        if key not in self.writers:
+            os.makedirs(os.path.join(self.root, res.language), exist_ok=True)
+            prefix = os.path.join(self.root, res.language, res.split)
+            self.writers[key] = (IndexedWriter(prefix, self.dtype), IndexedWriter(prefix + ".ast", AST_DTYPE))
+        tok_w, ast_w = self.writers[key]
+        for toks, rows in zip(res.tokens, res.asts):
+            tok_w.add(_with_eos(toks, eos))
+            ast_w.add(rows.reshape(-1))
+        ntok = sum(len(t) + 1 for t in res.tokens)
+        self.files[f"{res.language}/{res.split}"].append([res.content_hash.hex(), len(res.tokens), ntok])
+
+    def close(self) -> None:
+        for tok_w, ast_w in self.writers.values():
+            tok_w.close()
+            ast_w.close()
+
+
+def _with_eos(toks, eos):
+    import numpy as np
+
+    out = np.empty(len(toks) + 1, dtype=np.int64)
+    out[:-1], out[-1] = toks, eos
+    return out
+
+
+def new_stats() -> Counter:
+    return Counter()
+
+
+def record(stats: Dict[str, Counter], res: FileResult) -> None:
+    s = stats[res.language or "unknown"]
+    s["files_seen"] += 1
+    if res.skip:
+        s["skipped_" + res.skip] += 1
+        return
+    s["files_kept"] += 1
+    s["bytes"] += res.num_bytes
+    s["tokens"] += sum(len(t) + 1 for t in res.tokens)
+    s["segments"] += len(res.tokens)
+    s["files_split"] += len(res.tokens) > 1
+    s["files_with_parse_errors"] += res.had_parse_errors
+    s["nodes"] += res.num_nodes
+    s["broken_nodes_ast"] += res.broken_ast
+    s["broken_nodes_naive"] += res.broken_naive
+
+
+def run_shard(inputs, language, out_dir: str, shard_id: int, num_shards: int, ctx_args,
+              workers: int, fingerprint: str, progress: bool = True, exclude_dirs=(),
+              documents=None) -> dict:
+    """Process one shard if it is not complete yet; return its stats.
+
+    ``documents`` replaces the walk of ``inputs`` (benchmarks and tests pass a fixed list).
+    """
+    final = shard_dir(out_dir, shard_id, num_shards)
+    done = _load_complete(final, fingerprint)
+    if done is not None:
+        logger.info("shard %d/%d already complete, skipping", shard_id, num_shards)
+        return done
+    tmp = f"{final}.tmp-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
+    spm_model, num_sentinels = ctx_args[0], ctx_args[1]
+    from .tokenizer import Tokenizer
+
+    tok = Tokenizer(spm_model, num_sentinels)
+    writer = ShardWriter(tmp, tok.vocab_size)
+    stats: Dict[str, Counter] = defaultdict(new_stats)
+    seen = set()
+    docs = documents if documents is not None else shard_documents(
+        inputs, language, shard_id, num_shards, exclude_dirs)
+    bar = _progress(progress, f"shard {shard_id + 1}/{num_shards}")
+    t0, nbytes = time.time(), 0
+    for res in _results(docs, ctx_args, workers):
+        if not res.skip and res.content_hash in seen:
+            res = FileResult(res.language, skip="duplicate")
+        if not res.skip:
+            seen.add(res.content_hash)
+            writer.add(res, eos=2)
+            nbytes += res.num_bytes
+        record(stats, res)
+        bar.update(1)
+        bar.set_postfix_str(f"{nbytes / 1e6 / max(1e-9, time.time() - t0):.2f} MB/s", refresh=False)
+    bar.close()
+    writer.close()
+    out = {"fingerprint": fingerprint, "stats": {k: dict(v) for k, v in sorted(stats.items())},
+           "files": dict(sorted(writer.files.items()))}
+    with open(os.path.join(tmp, "shard.json"), "w", encoding="utf-8") as f:
+        json.dump(out, f, sort_keys=True)
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return out
+
+
+def _load_complete(path: str, fingerprint: str) -> Optional[dict]:
+    meta = os.path.join(path, "shard.json")
+    if not os.path.exists(meta):
+        return None
+    with open(meta, encoding="utf-8") as f:
+        done = json.load(f)
+    if done.get("fingerprint") != fingerprint:
+        raise RuntimeError(f"{path} was made with other options or inputs; "
+                           "use another --output directory or --overwrite")
+    return done
+
+
+def _progress(enabled: bool, desc: str):
+    from tqdm import tqdm
+
+    return tqdm(desc=desc, unit="file", disable=not enabled, mininterval=1.0, dynamic_ncols=True)

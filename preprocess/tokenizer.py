@@ -1,0 +1,183 @@
+"""A sentencepiece tokenizer that is lossless on code (DESIGN.md 5.1, 5.2).
+
+Training options keep every byte: identity normalization (no NFKC), no whitespace collapsing, no
+dummy prefix, whitespace-only pieces allowed and byte fallback, so ``decode(encode(t)) == t`` for
+any UTF-8 text without U+2581 (sentencepiece's own space marker; such files are rejected by
+:meth:`Tokenizer.encode_file`). Ids: ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3, then pieces,
+which is also fairseq's ``Dictionary`` order, so the fairseq index equals the sentencepiece id.
+Sentinels come after the pieces, the last id being ``<extra_id_0>`` (the Hugging Face T5 layout).
+"""
+import hashlib
+import io
+import json
+import logging
+import os
+from dataclasses import dataclass
+from typing import Iterable, Iterator, Optional
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+SPACE_MARK = "\u2581"  # sentencepiece's visible space
+SPECIALS = {"bos": 0, "pad": 1, "eos": 2, "unk": 3}
+SENTINEL_FORMAT = "<extra_id_{}>"
+DEFAULT_VOCAB_SIZE = 32000
+DEFAULT_NUM_SENTINELS = 256
+# sentencepiece skips training sentences longer than this; we feed file chunks up to half of it.
+MAX_SENTENCE_BYTES = 16384
+SPM_TRAIN_OPTIONS = dict(
+    model_type="bpe", normalization_rule_name="identity", remove_extra_whitespaces=False,
+    add_dummy_prefix=False, allow_whitespace_only_pieces=True, byte_fallback=True,
+    split_digits=True, split_by_whitespace=True, character_coverage=0.9995,
+    max_sentence_length=MAX_SENTENCE_BYTES, shuffle_input_sentence=True,
+    bos_id=SPECIALS["bos"], pad_id=SPECIALS["pad"], eos_id=SPECIALS["eos"], unk_id=SPECIALS["unk"],
+    bos_piece="<s>", pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>", minloglevel=2,
+)
+
+
+class TokenizerError(ValueError):
+    """The tokenizer cannot represent a file losslessly or cannot be trained/loaded."""
+
+
+def chunk_text(text: str, max_bytes: int = MAX_SENTENCE_BYTES // 2) -> Iterator[str]:
+    """Split a document at line ends into training "sentences" of at most ``max_bytes``."""
+    buf, size = [], 0
+    for line in text.splitlines(keepends=True):
+        n = len(line.encode("utf-8"))
+        if size + n > max_bytes and buf:
+            yield "".join(buf)
+            buf, size = [], 0
+        if n <= max_bytes:
+            buf.append(line)
+            size += n
+    if buf:
+        yield "".join(buf)
+
+
+def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = DEFAULT_VOCAB_SIZE,
+                        num_sentinels: int = DEFAULT_NUM_SENTINELS, num_threads: int = 1,
+                        seed_sentencepiece_size: int = 1000000) -> "Tokenizer":
+    """Train on documents and write ``spm.model``, ``spm.vocab``, ``dict.txt``, ``tokenizer.json``."""
+    import sentencepiece as spm
+
+    model = io.BytesIO()
+    sentences = (chunk for t in texts if SPACE_MARK not in t for chunk in chunk_text(t))
+    try:
+        spm.SentencePieceTrainer.train(
+            sentence_iterator=sentences, model_writer=model, vocab_size=vocab_size,
+            num_threads=num_threads, seed_sentencepiece_size=seed_sentencepiece_size,
+            **SPM_TRAIN_OPTIONS)
+    except RuntimeError as e:  # e.g. "Vocabulary size too high" on a tiny corpus
+        raise TokenizerError(f"sentencepiece training failed: {str(e).strip().splitlines()[-1]}") from e
+    os.makedirs(out_dir, exist_ok=True)
+    _atomic_write(os.path.join(out_dir, "spm.model"), model.getvalue())
+    tok = Tokenizer(os.path.join(out_dir, "spm.model"), num_sentinels)
+    tok.write_vocab_files(out_dir)
+    return tok
+
+
+class Tokenizer:
+    """Encode text to ids together with each token's UTF-8 byte length."""
+
+    def __init__(self, model_path: str, num_sentinels: int = DEFAULT_NUM_SENTINELS):
+        import sentencepiece as spm
+
+        if not os.path.exists(model_path):
+            raise TokenizerError(f"sentencepiece model not found: {model_path}")
+        with open(model_path, "rb") as f:
+            self.model_bytes = f.read()
+        self.sp = spm.SentencePieceProcessor(model_proto=self.model_bytes)
+        self.model_path, self.num_sentinels = model_path, num_sentinels
+        self.spm_vocab_size = self.sp.get_piece_size()
+        for name, idx in SPECIALS.items():
+            if getattr(self.sp, f"{name}_id")() != idx:
+                raise TokenizerError(f"{model_path}: {name} id must be {idx} (train with train-spm)")
+        self.byte_lengths = self._piece_byte_lengths()
+
+    @property
+    def vocab_size(self) -> int:
+        """Pieces plus sentinels: the size of the fairseq dictionary."""
+        return self.spm_vocab_size + self.num_sentinels
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.model_bytes).hexdigest()
+
+    def sentinel_id(self, k: int) -> int:
+        """Id of ``<extra_id_k>`` (k = 0 is the last id of the vocabulary)."""
+        if not 0 <= k < self.num_sentinels:
+            raise IndexError(f"sentinel {k} out of range [0, {self.num_sentinels})")
+        return self.vocab_size - 1 - k
+
+    def _piece_byte_lengths(self) -> np.ndarray:
+        lengths = np.zeros(self.spm_vocab_size, dtype=np.int64)
+        for i in range(self.spm_vocab_size):
+            if self.sp.is_byte(i):
+                lengths[i] = 1
+            elif not (self.sp.is_control(i) or self.sp.is_unknown(i)):
+                lengths[i] = len(self.sp.id_to_piece(i).replace(SPACE_MARK, " ").encode("utf-8"))
+        return lengths
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.sp.encode(text), dtype=np.int64)
+
+    def encode_file(self, text: str, num_bytes: int):
+        """Ids and per-token end byte offsets; raises TokenizerError if not lossless."""
+        ids = self.encode(text)
+        ends = np.cumsum(self.byte_lengths[ids]) if len(ids) else np.zeros(0, np.int64)
+        if (ends[-1] if len(ends) else 0) != num_bytes:
+            raise TokenizerError("tokenization is not lossless for this text")
+        return ids, ends
+
+    def decode(self, ids) -> str:
+        ids = [int(i) for i in ids if int(i) < self.spm_vocab_size]
+        return self.sp.decode(ids)
+
+    def dict_symbols(self):
+        """fairseq ``dict.txt`` symbols for ids 4.. (pieces escaped to be one space-free token)."""
+        symbols = []
+        for i in range(len(SPECIALS), self.spm_vocab_size):
+            piece = self.sp.id_to_piece(i)
+            ok = piece.isprintable() and " " not in piece and not piece.startswith("#fairseq")
+            symbols.append(piece if ok else f"<spm_{i}>")
+        symbols += [SENTINEL_FORMAT.format(k) for k in reversed(range(self.num_sentinels))]
+        if len(set(symbols)) != len(symbols):
+            raise TokenizerError("dictionary symbols are not unique")
+        return symbols
+
+    def write_vocab_files(self, out_dir: str) -> None:
+        """Write ``dict.txt`` (fairseq), ``spm.vocab`` and ``tokenizer.json`` atomically."""
+        lines = "".join(f"{s} 1\n" for s in self.dict_symbols())
+        _atomic_write(os.path.join(out_dir, "dict.txt"), lines.encode("utf-8"))
+        vocab = "".join(f"{self.sp.id_to_piece(i)!r}\t{i}\n" for i in range(self.spm_vocab_size))
+        _atomic_write(os.path.join(out_dir, "spm.vocab"), vocab.encode("utf-8"))
+        meta = dict(spm_model="spm.model", spm_sha256=self.sha256, spm_vocab_size=self.spm_vocab_size,
+                    num_sentinels=self.num_sentinels, vocab_size=self.vocab_size,
+                    sentinel_format=SENTINEL_FORMAT, first_sentinel_id=self.vocab_size - 1,
+                    sentinel_order="descending", **{f"{k}_id": v for k, v in SPECIALS.items()},
+                    decoder_start_id=SPECIALS["eos"], train_options=_jsonable(SPM_TRAIN_OPTIONS))
+        _atomic_write(os.path.join(out_dir, "tokenizer.json"),
+                      (json.dumps(meta, indent=2, sort_keys=True) + "\n").encode("utf-8"))
+
+
+def load_tokenizer(data_dir: str, num_sentinels: Optional[int] = None) -> Tokenizer:
+    """Load the tokenizer of a preprocessed directory (its ``tokenizer.json`` gives the sentinels)."""
+    meta_path = os.path.join(data_dir, "tokenizer.json")
+    if num_sentinels is None:
+        if not os.path.exists(meta_path):
+            raise TokenizerError(f"{meta_path} not found: is {data_dir} a preprocessed directory?")
+        with open(meta_path, encoding="utf-8") as f:
+            num_sentinels = int(json.load(f)["num_sentinels"])
+    return Tokenizer(os.path.join(data_dir, "spm.model"), num_sentinels)
+
+
+def _jsonable(d):
+    return {k: v for k, v in d.items() if isinstance(v, (int, float, str, bool))}
+
+
+def _atomic_write(path: str, data: bytes) -> None:
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "wb") as f:
+        f.write(data)
+    os.replace(tmp, path)

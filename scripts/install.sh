@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Install AST-T5 on fairseq and everything it needs into the current Python environment.
+#
+#   bash scripts/install.sh            # editable install with the test extras
+#   PYTHON=/path/to/python bash scripts/install.sh
+#   AST_T5_BUILD_CUDA_EXT=1 bash scripts/install.sh   # also build the fused CUDA op (needs nvcc + CUDA torch)
+#
+# Order matters: torch first and pinned (an unpinned torch requirement with no torch installed
+# resolves to a multi-GB CUDA build), then fairseq-fixed without its declared dependencies (its
+# torchaudio requirement pulls a CUDA build that cannot load on CPU torch and breaks transformers),
+# then its real dependencies, then this package. Idempotent: finished steps are skipped.
+set -euo pipefail
+PY=${PYTHON:-python3}
+cd "$(dirname "$0")/.."
+pipi() { "$PY" -m pip install --disable-pip-version-check "$@"; }
+
+if ! "$PY" -c "import torch" 2>/dev/null; then
+  pipi torch==2.13.0
+fi
+# fairseq-fixed's real run-time dependencies (setup.py lists them; torchaudio is left out on purpose)
+# and what its Cython build needs, since it is built without isolation against the torch above.
+pipi "setuptools>=64" wheel cython "numpy>=1.24,<2.6" cffi regex "sacrebleu>=2.0" tqdm bitarray \
+     scikit-learn packaging hydra-core==1.3.2 omegaconf==2.3.0
+if ! "$PY" -c "import fairseq" 2>/dev/null; then
+  pipi --no-build-isolation --no-deps fairseq-fixed==0.12.3.1
+fi
+# A torchaudio that does not match torch breaks `import transformers`; we never need it.
+if "$PY" -m pip show torchaudio >/dev/null 2>&1 && ! "$PY" -c "import torchaudio" 2>/dev/null; then
+  "$PY" -m pip uninstall -y torchaudio
+fi
+pipi --no-build-isolation -e ".[test]"
+"$PY" -c "import fairseq, ast_t5, ast_t5_preprocess, fused_ops; print('ast-t5 install OK: fairseq', fairseq.__version__)"
