@@ -44,7 +44,7 @@ setup(
     version=read_version(),
     packages=[
         "ast_t5", "ast_t5.tasks", "ast_t5.models", "ast_t5.modules", "ast_t5.data",
-        "ast_t5.criterions", "ast_t5.eval",
+        "ast_t5.criterions", "ast_t5.eval", "ast_t5.optim",
         "ast_t5_preprocess",
         "fused_ops",
         "hydra_plugins.ast_t5_hydra",

@@ -10,7 +10,7 @@ Layout of a preprocessed directory::
       tokenizer.json            vocabulary size, number of sentinels, special ids
       data_weights.json         {language: share of training tokens}
       manifest.json             versions, options and per-language counts
-      <lang>/node_types.txt     node-type vocabulary of that language (id <TAB> name <TAB> named)
+      <lang>/node_types.txt     node-type vocabulary (id <TAB> escaped name <TAB> named 0/1)
       <lang>/{train,valid,test}.{bin,idx}        token ids, one item per segment, ends with </s>
       <lang>/{train,valid,test}.ast.{bin,idx}    AST side-channel, parallel to the tokens
 

@@ -91,13 +91,18 @@ def _uncount_duplicate(stats: Counter, nseg: int, ntok: int) -> None:
 
 
 def write_node_types(out_dir: str, lang: str) -> int:
-    """``<lang>/node_types.txt``: ``id<TAB>name<TAB>named`` for every node type id."""
+    """``<lang>/node_types.txt``: ``id<TAB>name<TAB>named`` for every node type id.
+
+    Names are written with Python's ``unicode_escape`` (some grammar tokens are a newline or a
+    tab); named node types are plain identifiers and read back unchanged.
+    """
     if lang == TEXT:
         names, named = ["document"], [True]
     else:
         grammar = load_grammar(lang)
         names, named = node_type_names(grammar), node_type_named(grammar)
-    lines = "".join(f"{i}\t{n}\t{int(b)}\n" for i, (n, b) in enumerate(zip(names, named)))
+    lines = "".join(f"{i}\t{n.encode('unicode_escape').decode('ascii')}\t{int(b)}\n"
+                    for i, (n, b) in enumerate(zip(names, named)))
     atomic_write_text(os.path.join(out_dir, lang, "node_types.txt"), lines)
     return len(names)
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install AST-T5 on fairseq and everything it needs into the current Python environment.
 #
-#   bash scripts/install.sh            # editable install with the test extras
+#   bash scripts/install.sh            # editable install with the test extras (re-run after adding files)
 #   PYTHON=/path/to/python bash scripts/install.sh
 #   AST_T5_BUILD_CUDA_EXT=1 bash scripts/install.sh   # also build the fused CUDA op (needs nvcc + CUDA torch)
 #
@@ -28,5 +28,8 @@ fi
 if "$PY" -m pip show torchaudio >/dev/null 2>&1 && ! "$PY" -c "import torchaudio" 2>/dev/null; then
   "$PY" -m pip uninstall -y torchaudio
 fi
-pipi --no-build-isolation -e ".[test]"
+# Strict editable mode: a tree of links under build/ instead of an import hook, so the
+# `hydra_plugins` namespace package is a real folder that Hydra's plugin scan can list (the hook of
+# the default mode hides it). Re-run this script after adding a new module.
+pipi --no-build-isolation --config-settings editable_mode=strict -e ".[test]"
 "$PY" -c "import fairseq, ast_t5, ast_t5_preprocess, fused_ops; print('ast-t5 install OK: fairseq', fairseq.__version__)"

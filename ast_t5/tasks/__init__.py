@@ -1,1 +1,2 @@
-"""AST-T5 tasks."""
+"""AST-T5 fairseq tasks."""
+from . import ast_t5_pretraining  # noqa: F401  (registers "ast_t5_pretraining")

@@ -1,0 +1,291 @@
+"""Run untrusted generated programs in a separate, limited process (DESIGN.md section 9).
+
+Every program runs in a fresh ``python -I -B`` interpreter (isolated mode: no user site, no
+PYTHON* variables, no script directory on sys.path), started by `Sandbox.run` as follows:
+
+* a new session (``start_new_session=True``): the child leads its own process group, and the whole
+  group is killed with SIGKILL when the program ends or its wall-clock timeout expires;
+* a preexec function sets the resource limits (RLIMIT_AS, RLIMIT_CPU, RLIMIT_FSIZE, RLIMIT_NOFILE,
+  RLIMIT_CORE=0, and RLIMIT_NPROC when not root: root ignores it) and, where allowed, moves the
+  child into new network, mount and PID namespaces with a read-only file system
+  (see namespaces.py);
+* the working directory is a fresh temporary directory, removed afterwards (a size-capped tmpfs
+  when mount namespaces work); the environment holds only PATH, locale, HOME/TMPDIR and
+  thread-count variables, so no secret of the caller is inherited;
+* stdin, stdout and stderr are anonymous temporary files (RLIMIT_FSIZE caps the output, and no pipe
+  can fill up and block); only the last OUTPUT_TAIL_BYTES of each are kept;
+* inside, sandbox_child.py installs a guard before the program runs (defence in depth).
+
+The result says which mechanisms were active, as the child itself reported them
+(`ExecResult.isolation`).
+
+Limits of the design. The guard is not a security boundary (Python code can reach around an
+audit hook; for instance a write through ``os.open(name, flags, dir_fd=fd)`` is checked against
+the working directory, not ``fd``); where namespaces are unavailable it is nevertheless what
+stops deletion, networking and signals, so evaluate untrusted models unprivileged or in a
+container. As root, RLIMIT_NPROC does not apply and a process may raise its own hard limits: the
+guard refuses fork and setrlimit, the PID namespace and the group kill contain what escapes, and
+no cgroup caps the sum over parallel runs (each run is capped by RLIMIT_AS). Files that the
+evaluating user can read stay readable (read-only, and with no network to send them anywhere but
+the results file). Linux only.
+"""
+import functools
+import json
+import logging
+import math
+import os
+import resource
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import IO, Optional, Tuple
+
+from .namespaces import host_namespace_ids, make_isolator
+from .sandbox_child import EXIT_CALLED_EXIT, SIGNAL_EXIT_BASE
+
+logger = logging.getLogger(__name__)
+
+CHILD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sandbox_child.py")
+PASSED, FAILED, TIMED_OUT = "passed", "failed", "timed out"
+DEFAULT_TIMEOUT_S = 3.0  # spec 11.1/11.2: the original ran every program with a 3 s timeout
+DEFAULT_MEMORY_MB = 1024  # RLIMIT_AS; the interpreter itself needs about 30 MB of address space
+DEFAULT_MAX_FILE_MB = 16  # RLIMIT_FSIZE: the largest file, stdout/stderr captures included
+DEFAULT_WORKDIR_MB = 64  # size of the tmpfs working directory (mount namespaces only)
+MIB = 1 << 20
+MAX_OPEN_FILES = 64  # RLIMIT_NOFILE; a test program needs a handful
+CPU_GRACE_S = 1  # RLIMIT_CPU = ceil(timeout) + grace: a backstop, the wall-clock timeout acts first
+NPROC_MARGIN = 64  # non-root only: RLIMIT_NPROC = this user's current tasks + margin
+OUTPUT_TAIL_BYTES = 8192  # how much of the end of stdout/stderr a result keeps
+DETAIL_CHARS = 300  # longest failure detail kept in a result
+POLL_INTERVAL_S = 0.01  # only where pidfd_open is missing (Linux < 5.3)
+SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
+BASE_MECHANISMS = ("rlimits", "process-group-kill", "temp-dir", "minimal-env")
+
+
+@dataclass(frozen=True)
+class SandboxConfig:
+    """Limits for one program; all sizes in MiB."""
+
+    timeout_s: float = DEFAULT_TIMEOUT_S
+    memory_mb: int = DEFAULT_MEMORY_MB
+    max_file_mb: int = DEFAULT_MAX_FILE_MB
+    workdir_mb: int = DEFAULT_WORKDIR_MB
+    use_namespaces: bool = True  # False: rlimits and the guard only (as without privileges)
+    guard: bool = True  # False only in tests that show what the guard prevents
+    temp_root: Optional[str] = None  # parent of the per-run temporary directories
+
+    def __post_init__(self):
+        if self.timeout_s <= 0 or min(self.memory_mb, self.max_file_mb, self.workdir_mb) <= 0:
+            raise ValueError(f"sandbox limits must be positive: {self}")
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """Outcome of one program: status is PASSED (exit 0), FAILED or TIMED_OUT."""
+
+    status: str
+    detail: str  # why it failed: last line of stderr, signal, timeout; empty when passed
+    returncode: Optional[int]
+    elapsed_s: float
+    stdout: str  # the last OUTPUT_TAIL_BYTES
+    stderr: str
+    isolation: Tuple[str, ...]  # mechanisms that were active, see Sandbox.run
+
+    @property
+    def passed(self) -> bool:
+        return self.status == PASSED
+
+
+class Sandbox:
+    """Runs programs under one `SandboxConfig`; thread-safe, so a thread pool can share it."""
+
+    def __init__(self, config: SandboxConfig = SandboxConfig()):
+        self.config = config
+        self._host_ns = host_namespace_ids()
+        self._nproc = None if os.geteuid() == 0 else _count_user_tasks() + NPROC_MARGIN
+
+    def run(self, program: str) -> ExecResult:
+        """Execute `program` (Python source) and report how it ended; never raises for its faults.
+
+        Isolation names: rlimits, process-group-kill, temp-dir, minimal-env (always), netns,
+        readonly-fs, tmpfs-workdir, pidns, private-proc (namespaces, where permitted), guard.
+        """
+        root = tempfile.mkdtemp(prefix="ast_t5_sandbox_", dir=self.config.temp_root)
+        workdir = os.path.join(root, "work")
+        os.mkdir(workdir, 0o700)
+        try:
+            return self._run_in(program, workdir)
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+
+    def _run_in(self, program: str, workdir: str) -> ExecResult:
+        config = self.config
+        isolator = make_isolator(workdir, config.workdir_mb) if config.use_namespaces else None
+        preexec = functools.partial(_limit_child, config, isolator, self._nproc)
+        with tempfile.TemporaryFile() as stdin, tempfile.TemporaryFile() as out, \
+                tempfile.TemporaryFile() as err, tempfile.TemporaryFile() as report:
+            stdin.write(program.encode("utf-8", errors="replace"))
+            stdin.seek(0)
+            argv = [sys.executable, "-I", "-B", CHILD_SCRIPT, workdir, str(report.fileno()),
+                    "1" if config.guard else "0"]
+            start = time.monotonic()
+            proc = subprocess.Popen(
+                argv, stdin=stdin, stdout=out, stderr=err, cwd=workdir, env=_child_env(workdir),
+                preexec_fn=preexec, start_new_session=True, pass_fds=(report.fileno(),),
+            )
+            timed_out = _wait_then_kill_group(proc, config.timeout_s)
+            elapsed = time.monotonic() - start
+            isolation = _mechanisms(_read_report(report), self._host_ns)
+            return _make_result(proc.returncode, timed_out, elapsed, config, _tail(out), _tail(err),
+                                isolation)
+
+
+def run_program(program: str, config: SandboxConfig = SandboxConfig()) -> ExecResult:
+    """Convenience wrapper: `Sandbox(config).run(program)`."""
+    return Sandbox(config).run(program)
+
+
+def probe_isolation(config: SandboxConfig = SandboxConfig()) -> Tuple[str, ...]:
+    """Run an empty program and return the active isolation mechanisms; raise if it fails."""
+    result = run_program("pass\n", config)
+    if not result.passed:
+        raise RuntimeError(f"the sandbox cannot run an empty program: {result.detail}")
+    return result.isolation
+
+
+def _set_limit(which: int, soft: int, hard: Optional[int] = None) -> None:
+    hard = soft if hard is None else hard
+    _, current_hard = resource.getrlimit(which)
+    if current_hard != resource.RLIM_INFINITY:
+        hard = min(hard, current_hard)
+        soft = min(soft, hard)
+    resource.setrlimit(which, (soft, hard))
+
+
+def _limit_child(config: SandboxConfig, isolator, nproc: Optional[int]) -> None:
+    """preexec function (runs in the child between fork and exec); an error here aborts the run."""
+    if isolator is not None:
+        isolator.apply()
+    _set_limit(resource.RLIMIT_AS, config.memory_mb * MIB)
+    cpu_s = math.ceil(config.timeout_s) + CPU_GRACE_S
+    _set_limit(resource.RLIMIT_CPU, cpu_s, cpu_s + 1)  # soft: SIGXCPU, hard: SIGKILL
+    _set_limit(resource.RLIMIT_FSIZE, config.max_file_mb * MIB)
+    _set_limit(resource.RLIMIT_NOFILE, MAX_OPEN_FILES)
+    _set_limit(resource.RLIMIT_CORE, 0)
+    if nproc is not None:
+        _set_limit(resource.RLIMIT_NPROC, nproc)
+
+
+def _count_user_tasks() -> int:
+    """Threads of this user now (RLIMIT_NPROC counts threads); 0 where /proc is unreadable."""
+    uid, count = os.getuid(), 0
+    try:
+        entries = [e for e in os.scandir("/proc") if e.name.isdigit()]
+    except OSError:
+        return 0
+    for entry in entries:
+        try:
+            if entry.stat().st_uid == uid:
+                count += len(os.listdir(os.path.join(entry.path, "task")))
+        except OSError:
+            continue  # the process ended meanwhile
+    return count
+
+
+def _child_env(workdir: str) -> dict:
+    """A minimal environment: nothing of the caller's (tokens, keys) reaches the program."""
+    return {
+        "PATH": SAFE_PATH, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8", "HOME": workdir,
+        "TMPDIR": workdir, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
+    }
+
+
+def _wait_unreaped(pid: int, timeout_s: float) -> bool:
+    """Wait until `pid` exits without reaping it; True if it exited within the timeout."""
+    try:
+        pidfd = os.pidfd_open(pid)
+    except (AttributeError, OSError):
+        deadline = time.monotonic() + timeout_s
+        while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT | os.WNOHANG) is None:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(POLL_INTERVAL_S)
+        return True
+    try:
+        poller = select.poll()
+        poller.register(pidfd, select.POLLIN)
+        return bool(poller.poll(math.ceil(timeout_s * 1000)))
+    finally:
+        os.close(pidfd)
+
+
+def _wait_then_kill_group(proc: subprocess.Popen, timeout_s: float) -> bool:
+    """Wait for the program, then SIGKILL its whole process group; True if it timed out."""
+    exited = _wait_unreaped(proc.pid, timeout_s)
+    try:
+        # The leader is not reaped yet, so its process-group id cannot have been reused.
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+    proc.wait()
+    return not exited
+
+
+def _tail(handle: IO[bytes]) -> str:
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(max(0, size - OUTPUT_TAIL_BYTES))
+    return handle.read().decode("utf-8", errors="replace")
+
+
+def _read_report(handle: IO[bytes]) -> dict:
+    handle.seek(0)
+    report = {}
+    for line in handle.read().decode("utf-8", errors="replace").splitlines():
+        try:
+            report.update(json.loads(line))
+        except ValueError:
+            logger.warning("unreadable sandbox isolation report line: %r", line[:200])
+    return report
+
+
+def _mechanisms(report: dict, host_ns: dict) -> Tuple[str, ...]:
+    active = list(BASE_MECHANISMS)
+    if report.get("net") and report["net"] != host_ns.get("net"):
+        active.append("netns")
+    if report.get("mnt") and report["mnt"] != host_ns.get("mnt") and report.get("readonly_root"):
+        active.append("readonly-fs")
+    for key, name in (("workdir_tmpfs", "tmpfs-workdir"), ("pidns", "pidns"),
+                      ("private_proc", "private-proc"), ("guard", "guard")):
+        if report.get(key):
+            active.append(name)
+    return tuple(active)
+
+
+def _failure_detail(returncode: int, stderr: str) -> str:
+    if returncode < 0 or returncode > SIGNAL_EXIT_BASE:
+        signum = -returncode if returncode < 0 else returncode - SIGNAL_EXIT_BASE
+        try:
+            return f"killed by {signal.Signals(signum).name}"
+        except ValueError:
+            return f"exit status {returncode}"
+    if returncode == EXIT_CALLED_EXIT:
+        return "the program raised SystemExit"
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    return lines[-1][:DETAIL_CHARS] if lines else f"exit status {returncode}"
+
+
+def _make_result(returncode: int, timed_out: bool, elapsed_s: float, config: SandboxConfig,
+                 stdout: str, stderr: str, isolation: Tuple[str, ...]) -> ExecResult:
+    if timed_out:
+        status, detail = TIMED_OUT, f"timed out after {config.timeout_s:g} s"
+    elif returncode == 0:
+        status, detail = PASSED, ""
+    else:
+        status, detail = FAILED, _failure_detail(returncode, stderr)
+    return ExecResult(status, detail, returncode, elapsed_s, stdout, stderr, isolation)

