@@ -27,13 +27,13 @@ def cuda_extensions():
         return [], {}
     from torch.utils.cpp_extension import BuildExtension, CUDAExtension
 
-    nvcc_flags = ["-O3", "--use_fast_math", "-std=c++17", "-U__CUDA_NO_HALF_OPERATORS__",
+    nvcc_flags = ["-O3", "--use_fast_math", "-U__CUDA_NO_HALF_OPERATORS__",
                   "-U__CUDA_NO_HALF_CONVERSIONS__", "-U__CUDA_NO_BFLOAT16_CONVERSIONS__"]
     sources = sorted(glob.glob("fused_ops/csrc/*.cpp") + glob.glob("fused_ops/csrc/cuda/*.cu"))
     ext = CUDAExtension(
         name="fused_ops._C",
         sources=sources,
-        extra_compile_args={"cxx": ["-O3", "-std=c++17"], "nvcc": nvcc_flags},
+        extra_compile_args={"cxx": ["-O3"], "nvcc": nvcc_flags},  # torch picks the C++ standard
     )
     return [ext], {"build_ext": BuildExtension}
 
@@ -44,7 +44,7 @@ setup(
     version=read_version(),
     packages=[
         "ast_t5", "ast_t5.tasks", "ast_t5.models", "ast_t5.modules", "ast_t5.data",
-        "ast_t5.criterions", "ast_t5.eval", "ast_t5.optim",
+        "ast_t5.criterions", "ast_t5.eval", "ast_t5.optim", "ast_t5.generation", "ast_t5.hf",
         "ast_t5_preprocess",
         "fused_ops",
         "hydra_plugins.ast_t5_hydra",

@@ -63,6 +63,9 @@ class AstT5PretrainingConfig(FairseqDataclass):
     max_target_positions: int = _f(1024, "longest target incl. </s>; masking shrinks to fit")
     ast_check: AST_CHECKS = _f("sample", "validate AST items at load: a seeded sample of 1000, "
                                          "all of them, or only counts and shapes")
+    audit_log: str = _f("", "if set, a folder where every rank appends, per update, the ids of "
+                            "its samples and a checksum of the parameters it starts from "
+                            "(audit_rank<R>.jsonl): to check data sharding and replica sync")
     seed: int = II("common.seed")
 
 
@@ -151,6 +154,11 @@ class AstT5PretrainingTask(FairseqTask):
             noise_density=cfg.noise_density, mean_span_length=cfg.mean_span_length,
             max_target_len=cfg.max_target_positions, name=f"{lang}/{split}")
 
+    def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
+        if self.cfg.audit_log:
+            write_audit_record(self.cfg.audit_log, sample, model, update_num)
+        return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
     @property
     def source_dictionary(self):
         return self.dictionary
@@ -161,6 +169,22 @@ class AstT5PretrainingTask(FairseqTask):
 
     def max_positions(self):
         return (self.cfg.max_source_positions, self.cfg.max_target_positions)
+
+
+def write_audit_record(folder: str, sample, model, update_num: int) -> None:
+    """Append {update, ids, checksum} for this rank; the checksum is order-sensitive."""
+    import torch
+    import torch.distributed as dist
+
+    rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
+    with torch.no_grad():
+        flat = torch.cat([p.detach().double().flatten() for p in model.parameters()])
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64) / flat.numel()
+        checksum = [float(flat.sum()), float((flat * weights).sum())]
+    ids = sample["id"].tolist() if sample and "id" in sample else []
+    os.makedirs(folder, exist_ok=True)
+    with open(os.path.join(folder, f"audit_rank{rank}.jsonl"), "a", encoding="utf-8") as f:
+        f.write(json.dumps({"update": int(update_num), "ids": ids, "checksum": checksum}) + "\n")
 
 
 def load_dictionary(data_dir: str):

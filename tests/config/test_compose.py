@@ -43,7 +43,9 @@ def compose(config_dir, name, overrides=()):
 
 
 @pytest.mark.parametrize("config_dir,name", list(configs()))
-def test_config_composes_strictly(config_dir, name):
+def test_config_composes_strictly(config_dir, name, monkeypatch):
+    for var, value in (("WORLD_SIZE", "2"), ("RANK", "1"), ("LOCAL_RANK", "1")):
+        monkeypatch.setenv(var, value)  # what torchrun sets (read by run_config/torchrun_cpu)
     required = ["task.data=/nonexistent/data"]
     cfg = compose(config_dir, name, required)
     assert cfg.common.user_dir == os.path.dirname(ast_t5.__file__)
@@ -53,6 +55,9 @@ def test_config_composes_strictly(config_dir, name):
         extra = ["distributed_training.distributed_world_size=16"] if rc == "nodes_n" else []
         composed = compose(config_dir, name, required + [f"+run_config={rc}"] + extra)
         assert composed.distributed_training.distributed_world_size >= 1
+        if rc == "torchrun_cpu":
+            dt = OmegaConf.to_container(composed.distributed_training, resolve=True)
+            assert (dt["distributed_world_size"], dt["distributed_rank"], dt["device_id"]) == (2, 1, 1)
 
 
 def test_misspelled_keys_fail(tmp_path):

@@ -1,0 +1,288 @@
+"""Training-step throughput of our T5 v1.1 model vs Hugging Face T5ForConditionalGeneration.
+
+    python benchmarks/bench_model.py                 # CPU fp32 comparison (about 1-2 minutes)
+    python benchmarks/bench_model.py --device cuda   # + T5-base bf16 step, MFU, memory, fused softmax
+
+Both models have identical shapes and weights (ours converted with hf_conversion), the same
+batch, loss (token cross-entropy, pad ignored), optimizer (torch AdamW) and dropout. Measurements
+are interleaved: each repeat times a few steps of each model, alternating which goes first, and
+the median step time per model is reported. Target (DESIGN.md section 8): ours >= 1.0x HF.
+"""
+import argparse
+import dataclasses
+import logging
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+logger = logging.getLogger("bench_model")
+
+PAD, EOS, FIRST_REGULAR = 1, 2, 4  # fairseq Dictionary specials
+# Peak dense bf16 tensor-core TFLOP/s by device-name fragment (vendor data sheets, no sparsity).
+PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
+
+
+@dataclass
+class Shape:
+    vocab: int
+    batch: int
+    src_len: int
+    tgt_len: int
+
+
+def make_dictionary(vocab_size: int):
+    from fairseq.data import Dictionary
+
+    d = Dictionary()
+    for i in range(vocab_size - len(d)):
+        d.add_symbol(f"tok{i}")
+    return d
+
+
+def make_batch(shape: Shape, device, seed: int = 0):
+    """Random tokens; every row right-padded by a different amount so masks are exercised."""
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randint(FIRST_REGULAR, shape.vocab, (shape.batch, shape.src_len), generator=g)
+    tgt = torch.randint(FIRST_REGULAR, shape.vocab, (shape.batch, shape.tgt_len), generator=g)
+    for i in range(shape.batch):
+        src[i, shape.src_len - (i * shape.src_len) // (4 * shape.batch):] = PAD
+    tgt[:, -1] = EOS
+    prev = torch.cat([torch.full((shape.batch, 1), EOS), tgt[:, :-1]], dim=1)
+    return src.to(device), prev.to(device), tgt.to(device)
+
+
+def build_pair(arch: str, shape: Shape, device, dtype, backend: str, dropout: float, **sizes):
+    """Our model and an HF model holding the same weights."""
+    from transformers import T5ForConditionalGeneration
+
+    from ast_t5.models import AstT5Model
+    from ast_t5.models.hf_conversion import hf_t5_config, ours_to_hf_state_dict
+
+    ours = AstT5Model.from_dictionary(make_dictionary(shape.vocab), arch=arch, attention_backend=backend,
+                                      dropout=dropout, attention_dropout=dropout,
+                                      activation_dropout=dropout, **sizes)
+    hf = T5ForConditionalGeneration(hf_t5_config(ours.cfg, shape.vocab))
+    hf.load_state_dict(ours_to_hf_state_dict(ours.state_dict()))
+    return ours.to(device, dtype).train(), hf.to(device, dtype).train()
+
+
+def ours_logits(model, src, prev):
+    return model(src, None, prev)[0]
+
+
+def hf_logits(model, src, prev):
+    return model(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=prev).logits
+
+
+def make_step(model, logits_fn, batch, autocast_dtype=None):
+    src, prev, tgt = batch
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+
+    def step():
+        with torch.autocast(src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
+            logits = logits_fn(model, src, prev)
+            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1), ignore_index=PAD)
+        loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return loss
+    return step
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def time_steps(step, steps: int, device) -> float:
+    """Seconds per step over ``steps`` steps."""
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _sync(device)
+    return (time.perf_counter() - start) / steps
+
+
+def interleaved(steps_by_name, steps: int, repeats: int, warmup: int, device):
+    """Median seconds/step per name, alternating the order of the models in each repeat."""
+    for step in steps_by_name.values():
+        time_steps(step, warmup, device)
+    times = {name: [] for name in steps_by_name}
+    names = list(steps_by_name)
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            times[name].append(time_steps(steps_by_name[name], steps, device))
+    return {name: statistics.median(t) for name, t in times.items()}, times
+
+
+def tokens_per_step(batch) -> int:
+    src, _, tgt = batch
+    return int(src.ne(PAD).sum() + tgt.ne(PAD).sum())
+
+
+def cpu_comparison(args) -> None:
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    shape = Shape(args.vocab, args.batch, args.src_len, args.tgt_len)
+    device = torch.device("cpu")
+    sizes = dict(embed_dim=args.d_model, ffn_dim=args.d_ff, num_heads=args.heads, head_dim=args.d_model // args.heads,
+                 encoder_layers=args.layers, decoder_layers=args.layers)
+    ours, hf = build_pair("t5_v11_tiny", shape, device, torch.float32, args.backend, 0.1, **sizes)
+    batch = make_batch(shape, device)
+    steps = {"ours": make_step(ours, ours_logits, batch), "hf": make_step(hf, hf_logits, batch)}
+    median, raw = interleaved(steps, args.steps, args.repeats, args.warmup, device)
+    tokens = tokens_per_step(batch)
+    logger.info("CPU fp32, %d threads, torch %s, transformers %s; T5 v1.1 shape: d_model %d, d_ff %d, %d heads, "
+                "%d+%d layers, vocab %d, batch %d x src %d / tgt %d (%d non-pad tokens/step); %d repeats x %d steps",
+                torch.get_num_threads(), torch.__version__, _transformers_version(), args.d_model, args.d_ff,
+                args.heads, args.layers, args.layers, args.vocab, args.batch, args.src_len, args.tgt_len, tokens,
+                args.repeats, args.steps)
+    for name in ("ours", "hf"):
+        logger.info("%-4s: median %.3f s/step = %.0f tokens/s; best repeat %.3f s/step = %.0f tokens/s "
+                    "(repeats: %s)", name, median[name], tokens / median[name], min(raw[name]),
+                    tokens / min(raw[name]), ", ".join(f"{t:.3f}" for t in raw[name]))
+    logger.info("ratio ours/hf tokens/s: %.2fx on medians, %.2fx on best repeats (target >= 1.0x)",
+                median["hf"] / median["ours"], min(raw["hf"]) / min(raw["ours"]))
+
+
+def _transformers_version() -> str:
+    import transformers
+
+    return transformers.__version__
+
+
+def model_flops_per_step(model, batch) -> float:
+    """Training FLOPs of one step: 6 x non-embedding params x tokens per stack (padded shapes, what
+    the hardware computes; the output head counts with the decoder), plus 3 x the forward
+    attention matmuls (q k^T and p v, 2 FLOPs per multiply-add)."""
+    src, prev, _ = batch
+    bsz, src_len, tgt_len = src.size(0), src.size(1), prev.size(1)
+    enc = sum(p.numel() for n, p in model.encoder.named_parameters() if "embed_tokens" not in n)
+    dec = sum(p.numel() for n, p in model.decoder.named_parameters() if "embed_tokens" not in n)
+    cfg = model.cfg
+    inner = cfg.num_heads * (cfg.head_dim or cfg.embed_dim // cfg.num_heads)
+    attn_fwd = 4 * bsz * inner * (cfg.encoder_layers * src_len * src_len
+                                  + cfg.decoder_layers * (tgt_len * tgt_len + tgt_len * src_len))
+    return 6.0 * (enc * bsz * src_len + dec * bsz * tgt_len) + 3.0 * attn_fwd
+
+
+def peak_tflops(name: str, override: float) -> float:
+    if override:
+        return override
+    for fragment, tflops in PEAK_BF16_TFLOPS.items():
+        if fragment in name:
+            return tflops
+    return float("nan")
+
+
+def gpu_t5_base(args) -> None:
+    """T5-base bf16 (autocast, fp32 master weights): ours (auto: fused kernel; and sdpa) vs HF."""
+    from ast_t5.models import AstT5Model
+
+    device = torch.device("cuda")
+    shape = Shape(32128, args.gpu_batch, args.gpu_src_len, args.gpu_tgt_len)
+    batch = make_batch(shape, device)
+    ours, hf = build_pair("t5_v11_base", shape, device, torch.float32, "auto", 0.1)
+    ours_sdpa = AstT5Model.build(dataclasses.replace(ours.cfg, attention_backend="sdpa"), ours.encoder.dictionary)
+    ours_sdpa.load_state_dict(ours.state_dict())
+    models = {"ours[auto]": ours, "ours[sdpa]": ours_sdpa.to(device).train(), "hf": hf}
+    steps = {name: make_step(m, hf_logits if name == "hf" else ours_logits, batch, torch.bfloat16)
+             for name, m in models.items()}
+    median, _ = interleaved(steps, args.gpu_steps, args.repeats, args.warmup, device)
+    flops = model_flops_per_step(ours, batch)
+    name = torch.cuda.get_device_name()
+    peak = peak_tflops(name, args.peak_tflops)
+    logger.info("GPU %s, torch %s; T5-base (t5_v11_base) bf16 autocast + AdamW, batch %d x src %d / tgt %d, "
+                "%.1f TFLOP/step (6 x params x padded tokens + attention)", name, torch.__version__,
+                shape.batch, shape.src_len, shape.tgt_len, flops / 1e12)
+    for label, step in steps.items():
+        torch.cuda.synchronize()
+        resident = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        extra = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        mfu = flops / median[label] / (peak * 1e12)
+        logger.info("%-11s %.1f ms/step, %.0f tokens/s, MFU %.1f%% (peak %.0f TFLOP/s), step peak memory above "
+                    "the resident models %.2f GiB", label, median[label] * 1e3,
+                    tokens_per_step(batch) / median[label], 100 * mfu, peak, extra)
+
+
+def gpu_softmax_dropout(args) -> None:
+    """fused_ops.softmax_dropout vs the eager reference at (B, H, 1024, 1024) bf16 with bias, p = 0.1."""
+    import fused_ops
+
+    device = torch.device("cuda")
+    ok, why = fused_ops.fused_backend_status(device)
+    if not ok:
+        logger.warning("fused softmax-dropout unavailable: %s", why)
+        return
+    shape = (args.sm_batch, args.sm_heads, 1024, 1024)
+    scores = torch.randn(shape, device=device, dtype=torch.bfloat16, requires_grad=True)
+    bias = torch.randn(1, *shape[1:], device=device, requires_grad=True)
+    grad = torch.randn_like(scores)
+    seconds = {}
+    for backend in ("fused", "torch"):
+        def step(backend=backend):
+            out = fused_ops.softmax_dropout(scores, 0.1, True, bias=bias, backend=backend)
+            out.backward(grad)
+        time_steps(step, args.warmup, device)
+        seconds[backend] = time_steps(step, 20, device)
+    exact = [fused_ops.softmax_dropout(scores, 0.0, False, bias=bias, backend=b).float() for b in ("fused", "torch")]
+    logger.info("softmax+dropout fwd+bwd at [%d*%d, 1024, 1024] bf16 + fp32 bias, p=0.1: fused %.2f ms, eager %.2f ms, "
+                "speed-up %.2fx (target >= 2x); max |fused - eager| at p=0: %.2e", shape[0], shape[1],
+                seconds["fused"] * 1e3, seconds["torch"] * 1e3, seconds["torch"] / seconds["fused"],
+                (exact[0] - exact[1]).abs().max().item())
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda also runs the CPU part first")
+    p.add_argument("--skip-cpu", action="store_true", help="with --device cuda: only the GPU measurements")
+    p.add_argument("--backend", default="auto", help="our attention backend for the CPU comparison")
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--d-ff", type=int, default=1024)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--layers", type=int, default=2)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--src-len", type=int, default=256)
+    p.add_argument("--tgt-len", type=int, default=64)
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--steps", type=int, default=3, help="timed steps per repeat")
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--gpu-batch", type=int, default=32)
+    p.add_argument("--gpu-src-len", type=int, default=512)
+    p.add_argument("--gpu-tgt-len", type=int, default=128)
+    p.add_argument("--gpu-steps", type=int, default=10)
+    p.add_argument("--peak-tflops", type=float, default=0.0, help="override the GPU's peak bf16 TFLOP/s")
+    p.add_argument("--sm-batch", type=int, default=16)
+    p.add_argument("--sm-heads", type=int, default=16)
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout, force=True)
+    for noisy in ("ast_t5", "fused_ops", "transformers"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        logger.error("--device cuda: no CUDA device available")
+        return 1
+    torch.manual_seed(0)
+    if not (args.device == "cuda" and args.skip_cpu):
+        cpu_comparison(args)
+    if args.device == "cuda":
+        gpu_t5_base(args)
+        gpu_softmax_dropout(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
