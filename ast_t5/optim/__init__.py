@@ -1,2 +1,2 @@
-"""Optimizers AST-T5 adds to fairseq's (Adafactor, Adam and the schedules are fairseq's own)."""
-from . import adamw_scale  # noqa: F401  (registers "adamw_scale")
+"""Optimizers AST-T5 adds to fairseq's (Adam and the schedules are fairseq's own)."""
+from . import adafactor, adamw_scale  # noqa: F401  (register "t5_adafactor" and "adamw_scale")
