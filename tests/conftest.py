@@ -42,3 +42,62 @@ def tokenizer_dir(tmp_path_factory, code_corpus):
              for _, t, _ in [read_document(d, ReadLimits())] if t]
     train_sentencepiece(texts, str(out), vocab_size=1200, num_sentinels=32)
     return out
+
+
+def build_tiny_checkpoint(out_dir, tokenizer_dir, arch="t5_v11_tiny", seed=0):
+    """A randomly initialized tiny model saved as a weights-only fairseq checkpoint, with the
+    tokenizer files beside it (the layout ast-t5-import-hf writes). Returns the directory."""
+    import torch
+
+    from ast_t5.data.text_codec import TextCodec
+    from ast_t5.generation.checkpoints import save_weights_checkpoint
+    from ast_t5.models import AstT5Model
+
+    codec = TextCodec.from_dir(str(tokenizer_dir))
+    torch.manual_seed(seed)
+    model = AstT5Model.from_dictionary(codec.dictionary(), arch=arch, dropout=0.0,
+                                       attention_dropout=0.0)
+    codec.write(str(out_dir))
+    save_weights_checkpoint(os.path.join(str(out_dir), "checkpoint.pt"), model.cfg,
+                            model.state_dict(), codec)
+    return out_dir
+
+
+@pytest.fixture(scope="session")
+def tiny_checkpoint_dir(tmp_path_factory, tokenizer_dir):
+    """A tiny random T5 v1.1 checkpoint directory (checkpoint.pt + tokenizer files)."""
+    return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), tokenizer_dir)
+
+
+def synthetic_seq2seq_pair(i, rng):
+    """Source: a small Python function (tabs, CRLF, unicode); target: a one-line 'summary'."""
+    name = f"{rng.choice(['alpha', 'beta', 'gamma', 'delta', 'kappa', 'sigma'])}_{i % 7}"
+    source = f"def {name}(x):\r\n\t# é {i}\n    return x + {i % 5}\n"
+    return {"source": source, "target": f"{name} returns x + {i % 5}", "extra": i}
+
+
+@pytest.fixture(scope="session")
+def seq2seq_data(tmp_path_factory):
+    """A fine-tuning set in the documented format: <dir>/{train,valid,test}.jsonl, 64/8/4 pairs."""
+    import json
+    import random
+
+    root = tmp_path_factory.mktemp("seq2seq")
+    for split, n, seed in (("train", 64, 0), ("valid", 8, 1), ("test", 4, 2)):
+        rng = random.Random(seed)
+        with open(root / f"{split}.jsonl", "w", encoding="utf-8") as f:
+            for i in range(n):
+                f.write(json.dumps(synthetic_seq2seq_pair(i, rng), ensure_ascii=False) + "\n")
+    return root
+
+
+@pytest.fixture(scope="module")
+def torch_single_thread():
+    """Tiny models: intra-op threads only add overhead, and on a shared 2-core machine a busy
+    neighbour makes OpenMP spin-waiting 100x slower. Use with pytest.mark.usefixtures."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
