@@ -4,4 +4,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
-python3 -m pytest -q -rs "$@"
+"${PYTHON:-python3}" -m pytest -q -rs "$@"
