@@ -84,12 +84,34 @@ class CodeParser:
 
 def _collect_named_nodes(tree):
     """Pre-order walk with a cursor; returns named nodes and the error byte count."""
+    if not tree.root_node.has_error:  # the common case: no error bookkeeping per node
+        return _walk_clean(tree.walk()) + (0,)
+    return _walk_with_errors(tree.walk())
+
+
+def _walk_clean(cursor):
+    starts: List[int] = []
+    ends: List[int] = []
+    kinds: List[int] = []
+    while True:
+        node = cursor.node
+        if node.is_named:
+            starts.append(node.start_byte)
+            ends.append(node.end_byte)
+            kinds.append(node.kind_id)
+        if cursor.goto_first_child():
+            continue
+        while not cursor.goto_next_sibling():
+            if not cursor.goto_parent():
+                return starts, ends, kinds
+
+
+def _walk_with_errors(cursor):
     starts: List[int] = []
     ends: List[int] = []
     kinds: List[int] = []
     error_bytes = 0
     error_until = -1  # end of the outermost ERROR node we are inside, to avoid double counting
-    cursor = tree.walk()
     while True:
         node = cursor.node
         if node.is_named:

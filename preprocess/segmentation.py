@@ -9,15 +9,17 @@ segments, then (ties) to make earlier segments as long as possible::
     dp[i] = w[i] + min(dp[j] for j in [i - max_len, i))     i = 1..n
     w[i]  = broken(i) * (n + 1) + 1   for 0 < i < n,   w[n] = 0
 
-A monotone queue gives the window minimum, so the whole programme is O(n) (one Python step per
-token, no inner loop over the window). Files of at most ``max_len`` tokens stay whole.
+Blocks of ``max_len`` positions are solved with NumPy (see :func:`ast_aware_cuts`), so the
+programme is O(n) array work with O(n / max_len) Python steps. Files of at most ``max_len``
+tokens stay whole.
 """
-from collections import deque
 from typing import List, Tuple
 
 import numpy as np
 
 from .formats import AST_DTYPE
+
+_INF = np.int64(1) << 62  # larger than any reachable cost
 
 
 def align_boundaries(byte_offsets: np.ndarray, token_ends: np.ndarray) -> np.ndarray:
@@ -58,33 +60,49 @@ def cut_costs(tok_starts: np.ndarray, tok_ends: np.ndarray, n: int) -> np.ndarra
 
 
 def ast_aware_cuts(cost: np.ndarray, max_len: int) -> List[int]:
-    """Optimal cut positions (sorted, excluding 0 and n) for segments of <= max_len tokens."""
+    """Optimal cut positions (sorted, excluding 0 and n) for segments of <= max_len tokens.
+
+    The programme is solved block by block (blocks of ``max_len`` positions) with NumPy: inside
+    a block, the window minimum is the minimum of a suffix of the previous block (known) and of a
+    prefix of the current block, found by relaxation until nothing changes (the number of rounds
+    is the longest chain of cuts inside one block, one or two in practice). Backtracking takes,
+    among equal minima, the latest position, so earlier segments are as long as possible.
+    """
     n = len(cost) - 1
     if n <= max_len:
         return []
     if max_len < 1:
         raise ValueError("max_len must be positive")
-    weight = (cost * (n + 1) + 1).tolist()
+    weight = cost.astype(np.int64) * (n + 1) + 1
     weight[n] = 0
-    back = [0] * (n + 1)
-    best = 0
-    queue_pos, queue_val = deque([0]), deque([0])  # increasing values, increasing positions
-    for i in range(1, n + 1):
-        if queue_pos[0] < i - max_len:
-            queue_pos.popleft()
-            queue_val.popleft()
-        back[i] = queue_pos[0]
-        best = weight[i] + queue_val[0]
-        while queue_val and queue_val[-1] >= best:  # keep the latest of equal values
-            queue_pos.pop()
-            queue_val.pop()
-        queue_pos.append(i)
-        queue_val.append(best)
-    cuts, i = [], back[n]
+    dp = np.zeros(n + 1, dtype=np.int64)
+    for start in range(1, n + 1, max_len):
+        dp[start:start + max_len] = _solve_block(dp, weight, start, min(start + max_len, n + 1), max_len)
+    cuts, i = [], n
     while i > 0:
-        cuts.append(i)
-        i = back[i]
+        lo = max(0, i - max_len)
+        window = dp[lo:i]
+        i = lo + len(window) - 1 - int(np.argmin(window[::-1]))  # the latest minimum
+        if i > 0:
+            cuts.append(i)
     return cuts[::-1]
+
+
+def _solve_block(dp: np.ndarray, weight: np.ndarray, start: int, end: int, max_len: int) -> np.ndarray:
+    """dp[start:end] given dp[:start]; every window of the block reaches back before ``start``."""
+    prev_lo = max(0, start - max_len)
+    suffix_min = np.minimum.accumulate(dp[prev_lo:start][::-1])[::-1]
+    positions = np.arange(start, end)
+    w = weight[start:end]
+    best = w + suffix_min[np.maximum(positions - max_len - prev_lo, 0)]
+    while True:  # relax with the minimum over earlier positions of the same block
+        inner = np.empty_like(best)
+        inner[0] = _INF
+        np.minimum.accumulate(best[:-1], out=inner[1:])
+        relaxed = np.minimum(best, w + inner)
+        if np.array_equal(relaxed, best):
+            return best
+        best = relaxed
 
 
 def naive_cuts(n: int, max_len: int) -> List[int]:

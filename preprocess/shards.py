@@ -23,6 +23,7 @@ logger = logging.getLogger(__name__)
 
 SPLITS = ("train", "valid", "test")
 _CTX: Optional[WorkerContext] = None  # one per worker process, set by the pool initializer
+IMAP_CHUNKSIZE = 32  # documents per task sent to a worker: fewer round trips through the pipes
 
 
 def shard_dir(out_dir: str, shard_id: int, num_shards: int) -> str:
@@ -53,7 +54,7 @@ def _results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult]:
         return
     with mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(
             workers, initializer=_init_worker, initargs=(ctx_args,)) as pool:
-        yield from pool.imap(_work, docs, chunksize=4)
+        yield from pool.imap(_work, docs, chunksize=IMAP_CHUNKSIZE)
 
 
 class ShardWriter:

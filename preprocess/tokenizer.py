@@ -111,16 +111,15 @@ class Tokenizer:
         return self.vocab_size - 1 - k
 
     def _piece_byte_lengths(self) -> np.ndarray:
-        lengths = np.zeros(self.spm_vocab_size, dtype=np.int64)
-        for i in range(self.spm_vocab_size):
-            if self.sp.is_byte(i):
-                lengths[i] = 1
-            elif not (self.sp.is_control(i) or self.sp.is_unknown(i)):
-                lengths[i] = len(self.sp.id_to_piece(i).replace(SPACE_MARK, " ").encode("utf-8"))
+        ids = list(range(self.spm_vocab_size))
+        pieces = self.sp.id_to_piece(ids)  # one batched call
+        lengths = np.array([len(p.replace(SPACE_MARK, " ").encode("utf-8")) for p in pieces], dtype=np.int64)
+        lengths[[i for i in ids if self.sp.is_unknown(i) or self.sp.is_control(i)]] = 0  # specials
+        lengths[[i for i in ids if self.sp.is_byte(i)]] = 1  # <0xNN> pieces stand for one byte
         return lengths
 
     def encode(self, text: str) -> np.ndarray:
-        return np.asarray(self.sp.encode(text), dtype=np.int64)
+        return np.asarray(self.sp.encode(text), dtype=np.int32)
 
     def encode_file(self, text: str, num_bytes: int):
         """Ids and per-token end byte offsets; raises TokenizerError if not lossless."""
