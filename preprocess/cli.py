@@ -112,6 +112,14 @@ def validate(args) -> None:
     for ok, msg in checks:
         if not ok:
             raise SystemExit(f"ast-t5-preprocess: error: {msg}")
+    if args.language:
+        from .languages import LANGUAGES, normalize_language
+
+        lang = normalize_language(args.language)
+        if lang is None:
+            raise SystemExit(f"ast-t5-preprocess: error: unknown --language {args.language!r} "
+                             f"(known: {', '.join(sorted(LANGUAGES))})")
+        args.language = lang
     for inp in args.inputs:
         if not os.path.exists(inp):
             raise SystemExit(f"ast-t5-preprocess: error: input not found: {inp}")

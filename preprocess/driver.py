@@ -64,6 +64,10 @@ def train_tokenizer(args) -> Tokenizer:
     logger.info("training sentencepiece (vocab %d, %d sentinels) on ~%.0f MB of the corpus",
                 args.vocab_size, args.num_sentinels, args.spm_sample_mb)
     t0 = time.time()
+    texts = list(texts)
+    if not texts:
+        raise TokenizerError("no readable source files in the inputs to train the tokenizer on "
+                             "(check the paths, --language and the skip limits)")
     tok = train_sentencepiece(texts, args.output, args.vocab_size, args.num_sentinels, threads)
     logger.info("tokenizer written to %s in %.1fs", args.output, time.time() - t0)
     return tok

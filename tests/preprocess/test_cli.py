@@ -166,9 +166,14 @@ def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
         main(["run", str(tmp_path / "missing"), "-o", str(tmp_path / "o")])
     with pytest.raises(SystemExit, match="--shard-id"):
         main(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--num-shards", "2", "--shard-id", "2"])
+    with pytest.raises(SystemExit, match="unknown --language 'cobol'"):
+        main(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--language", "cobol"])
     (tmp_path / "a.py").write_text("x = 1\n")
     rc = main(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--num-shards", "2", "--shard-id", "0"])
     assert rc == 2 and "train-spm" in capsys.readouterr().err
+    (tmp_path / "empty").mkdir()
+    assert main(["run", str(tmp_path / "empty"), "-o", str(tmp_path / "o2")]) == 2
+    assert "no readable source files" in capsys.readouterr().err
 
 
 def test_help_documents_every_subcommand():
