@@ -21,7 +21,7 @@ from ast_t5_preprocess.inputs import ReadLimits, iter_documents, read_document
 from ast_t5_preprocess.parsing import CodeParser
 from ast_t5_preprocess.pipeline import PipelineOptions
 from ast_t5_preprocess.shards import run_shard
-from ast_t5_preprocess.tokenizer import Tokenizer, train_sentencepiece
+from ast_t5_preprocess.tokenizer import train_sentencepiece
 
 
 def select_documents(max_mb):

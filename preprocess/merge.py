@@ -9,7 +9,7 @@ from typing import Dict
 from .formats import AST_DTYPE, IndexedReader, IndexedWriter
 from .languages import TEXT, grammar_version, load_grammar
 from .parsing import node_type_named, node_type_names
-from .shards import SPLITS, shard_dir
+from .shards import shard_dir
 
 logger = logging.getLogger(__name__)
 

@@ -12,7 +12,6 @@ import io
 import json
 import logging
 import os
-from dataclasses import dataclass
 from typing import Iterable, Iterator, Optional
 
 import numpy as np

@@ -91,10 +91,10 @@ def seq2seq_data(tmp_path_factory):
     return root
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(autouse=True, scope="session")
 def torch_single_thread():
     """Tiny models: intra-op threads only add overhead, and on a shared 2-core machine a busy
-    neighbour makes OpenMP spin-waiting 100x slower. Use with pytest.mark.usefixtures."""
+    neighbour makes OpenMP spin-waiting 100x slower. Applies to the whole test session."""
     import torch
 
     threads = torch.get_num_threads()

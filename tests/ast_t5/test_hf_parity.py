@@ -15,7 +15,7 @@ from ast_t5.models.hf_conversion import (
 )
 from ast_t5.models.presets import ARCH_PRESETS
 
-from .test_model import PAD, make_batch, make_dictionary, single_thread  # noqa: F401
+from .test_model import PAD, make_batch, make_dictionary  # noqa: F401
 
 transformers = pytest.importorskip("transformers")
 MAX_ABS_DIFF = 1e-5  # fp32

@@ -19,13 +19,6 @@ EXPECTED_ARCHS = ["ast_t5_paper_tiny", "ast_t5_paper_small", "ast_t5_paper_base"
 PAD, EOS = 1, 2
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contention on shared CI machines)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def make_dictionary(size: int = 60) -> Dictionary:

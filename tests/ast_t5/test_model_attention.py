@@ -10,13 +10,6 @@ from ast_t5.modules.relative_position_bias import RelativePositionBias, relative
 HEADS, HEAD_DIM = 3, 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contention on shared CI machines)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def manual_attention(q, k, v, bias, key_padding_mask, causal, scale):

@@ -6,7 +6,7 @@ from fairseq.sequence_generator import SequenceGenerator
 
 from ast_t5.models import AstT5Model
 
-from .test_model import FAMILIES, PAD, make_batch, make_dictionary, single_thread  # noqa: F401
+from .test_model import FAMILIES, PAD, make_batch, make_dictionary  # noqa: F401
 
 
 class UncachedDecoder(FairseqDecoder):

@@ -6,13 +6,11 @@ import os
 import subprocess
 import sys
 
-import pytest
 import torch
 
 from ast_t5.generate import AstT5Generator
 from ast_t5.generation.checkpoints import TOKENIZER_STATE_KEY
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 CONFIG_DIR = os.path.join(REPO, "config", "finetune")

@@ -14,7 +14,6 @@ from ast_t5.hf.export import export_to_hf
 
 from .test_finetune_train import REPO, finetune
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 PRETRAIN_FILES = ("textwrap.py", "heapq.py", "bisect.py", "colorsys.py", "shlex.py")
 

@@ -12,7 +12,6 @@ from ast_t5.data.seq2seq_dataset import (
 )
 from ast_t5.data.text_codec import TextCodec
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 
 @pytest.fixture(scope="module")

@@ -14,7 +14,6 @@ from ast_t5.generation.scoring import generation_stats, log_generation_metrics
 from ast_t5.tasks.seq2seq_finetuning import (Seq2SeqFinetuningConfig, Seq2SeqFinetuningTask,
                                              freeze_parameters)
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 TINY = {"_name": "t5_v11_tiny", "family": "t5_v11", "embed_dim": 32, "ffn_dim": 64, "num_heads": 4,
         "head_dim": 8, "encoder_layers": 2, "decoder_layers": 2, "dropout": 0.0,

@@ -17,13 +17,6 @@ from fused_ops import _fused_autograd
 sd = importlib.import_module("fused_ops.softmax_dropout")  # the module (the package exports the function)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def single_thread():
-    """Tiny tensors: intra-op threads only add overhead (and contention on shared CI machines)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 def inputs(dtype=torch.float64, shape=(2, 3, 5, 37), seed=0, requires_grad=False):

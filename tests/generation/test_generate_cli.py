@@ -9,7 +9,6 @@ import pytest
 
 from ast_t5.generate import load_completion_fn, main
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

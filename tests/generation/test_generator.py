@@ -7,7 +7,6 @@ from ast_t5.generation.checkpoints import CheckpointError, load_checkpoint
 from ast_t5.generation.generator import (AstT5Generator, GenerationOptions, fill_spans,
                                          split_spans)
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 PROMPTS = ["def add(a, b):\n    return a + b\n", "x = 1", "class A:\n\tpass\n\n\n# end of file"]
 MAX_NEW = 12

@@ -6,7 +6,6 @@ from fairseq.data import Dictionary
 
 from ast_t5.data.text_codec import TextCodec
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 TRICKY = [
     "",

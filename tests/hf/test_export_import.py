@@ -18,7 +18,6 @@ from ast_t5.hf.tokenizer import build_backend_tokenizer
 from ..conftest import build_tiny_checkpoint
 from ..generation.test_text_codec import TRICKY
 
-pytestmark = pytest.mark.usefixtures("torch_single_thread")
 
 transformers = pytest.importorskip("transformers")
 MAX_ABS_DIFF = 1e-5  # fp32

@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 
-import pytest
 
 from .conftest import PRETRAIN_CONFIGS, free_port, train_env
 

@@ -1,6 +1,5 @@
 """Tests of the ast_t5_pretraining task on real preprocessed data: validation at load, samples,
 batches, determinism, DataLoader workers, mixture, and the optimizers/schedules configs select."""
-import os
 import shutil
 
 import numpy as np

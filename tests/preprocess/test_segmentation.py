@@ -3,7 +3,6 @@ import itertools
 import signal
 
 import numpy as np
-import pytest
 from hypothesis import given, settings, strategies as st
 
 from ast_t5_preprocess.formats import check_ast_item
