@@ -22,6 +22,7 @@ import logging
 import sys
 from typing import Callable, List, Optional, Sequence, Tuple
 
+from .eval.jsonl_io import iter_jsonl
 from .generation.checkpoints import CheckpointError
 from .generation.generator import AstT5Generator, GenerationOptions  # noqa: F401  (public API)
 
@@ -101,15 +102,7 @@ def read_prompts(args) -> Tuple[List[dict], List[str]]:
     stream = sys.stdin if args.input == "-" else open(args.input, encoding="utf-8")
     records, texts = [], []
     with stream:
-        for lineno, line in enumerate(stream, 1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise ValueError(f"{args.input}:{lineno}: invalid JSON ({e.msg})") from None
-            if not isinstance(record, dict):
-                raise ValueError(f"{args.input}:{lineno}: not a JSON object")
+        for lineno, record in iter_jsonl(stream, args.input):
             field = args.field if args.field in record else "source"
             if not isinstance(record.get(field), str):
                 raise ValueError(f"{args.input}:{lineno}: needs a string field {args.field!r}")

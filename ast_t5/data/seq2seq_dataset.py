@@ -8,7 +8,6 @@ end with ``</s>``; batches follow the one decoder convention of the project
 without its last token). Over-long sequences keep their first ``max - 1`` tokens plus ``</s>``;
 truncations are counted and logged per split.
 """
-import json
 import logging
 from dataclasses import dataclass
 from typing import List, Optional, Sequence, Tuple
@@ -17,6 +16,7 @@ import numpy as np
 import torch
 from fairseq.data import FairseqDataset
 
+from ..eval.jsonl_io import iter_jsonl
 from .span_corruption_dataset import collate_seq2seq
 from .text_codec import TextCodec
 
@@ -33,15 +33,9 @@ def read_jsonl_pairs(path: str, source_field: str = "source",
     sources, targets = [], []
     try:
         with open(path, encoding="utf-8") as f:
-            for lineno, line in enumerate(f, 1):
-                if not line.strip():
-                    continue
-                try:
-                    record = json.loads(line)
-                except json.JSONDecodeError as e:
-                    raise Seq2SeqDataError(f"{path}:{lineno}: invalid JSON ({e.msg})") from None
+            for lineno, record in iter_jsonl(f, path):
                 for name in (source_field, target_field):
-                    if not isinstance(record, dict) or not isinstance(record.get(name), str):
+                    if not isinstance(record.get(name), str):
                         raise Seq2SeqDataError(f"{path}:{lineno}: needs a string field {name!r}")
                 sources.append(record[source_field])
                 targets.append(record[target_field])
@@ -49,6 +43,10 @@ def read_jsonl_pairs(path: str, source_field: str = "source",
         raise Seq2SeqDataError(f"{path}: not UTF-8 text") from None
     except FileNotFoundError:
         raise Seq2SeqDataError(f"{path}: no such file") from None
+    except Seq2SeqDataError:
+        raise
+    except ValueError as e:  # invalid JSON or not an object, already "file:line: ..."
+        raise Seq2SeqDataError(str(e)) from None
     return sources, targets
 
 

@@ -8,7 +8,7 @@ import io
 import json
 import os
 import tempfile
-from typing import Iterable, List
+from typing import Iterable, Iterator, List, Tuple
 
 from .tasks import EvalInputError
 
@@ -31,7 +31,12 @@ def read_jsonl(path: str) -> List[dict]:
 
 def parse_jsonl(handle: Iterable[str], name: str) -> List[dict]:
     """Parse JSON lines from an open text stream; `name` is used in error messages."""
-    records = []
+    return [record for _, record in iter_jsonl(handle, name)]
+
+
+def iter_jsonl(handle: Iterable[str], name: str) -> Iterator[Tuple[int, dict]]:
+    """``(line_number, record)`` of each non-blank line; raises EvalInputError (a ValueError)
+    naming ``name:line`` on invalid JSON or a line that is not an object."""
     for line_number, line in enumerate(handle, start=1):
         if not line.strip():
             continue
@@ -41,8 +46,7 @@ def parse_jsonl(handle: Iterable[str], name: str) -> List[dict]:
             raise EvalInputError(f"{name}:{line_number}: invalid JSON: {exc}") from None
         if not isinstance(record, dict):
             raise EvalInputError(f"{name}:{line_number}: expected a JSON object")
-        records.append(record)
-    return records
+        yield line_number, record
 
 
 def write_text_atomic(path: str, text: str) -> None:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from fairseq.data import Dictionary
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
-from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks import register_task
 from omegaconf import II, MISSING
 
 from ..data.loading import (TEXT_LANGUAGE, DataError, available_languages, count_node_types,
@@ -25,6 +25,7 @@ from ..data.mixture import WeightedMixtureDataset
 from ..data.node_categories import NodeCategories
 from ..data.sentinels import SentinelSpec
 from ..data.span_corruption_dataset import SpanCorruptionDataset
+from .shared_vocab_task import SharedVocabTask
 
 logger = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ def validate_config(cfg) -> None:
 
 
 @register_task("ast_t5_pretraining", dataclass=AstT5PretrainingConfig)
-class AstT5PretrainingTask(FairseqTask):
+class AstT5PretrainingTask(SharedVocabTask):
     """Span-corruption pre-training on the AST-aware segments of ast-t5-preprocess.
 
     Args:
@@ -158,17 +159,6 @@ class AstT5PretrainingTask(FairseqTask):
         if self.cfg.audit_log:
             write_audit_record(self.cfg.audit_log, sample, model, update_num)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
-
-    def max_positions(self):
-        return (self.cfg.max_source_positions, self.cfg.max_target_positions)
 
 
 def write_audit_record(folder: str, sample, model, update_num: int) -> None:

@@ -21,7 +21,7 @@ from typing import List
 import torch
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.sequence_generator import SequenceGenerator
-from fairseq.tasks import FairseqTask, register_task
+from fairseq.tasks import register_task
 from omegaconf import MISSING
 
 from ..data.seq2seq_dataset import Seq2SeqDataset, inference_dataset, read_jsonl_pairs
@@ -29,6 +29,7 @@ from ..data.text_codec import TextCodec
 from ..eval.metrics import CODE_TOKENIZER
 from ..generation.checkpoints import TOKENIZER_STATE_KEY, tokenizer_state
 from ..generation.scoring import generation_stats, log_generation_metrics
+from .shared_vocab_task import SharedVocabTask
 
 logger = logging.getLogger(__name__)
 
@@ -106,7 +107,7 @@ def freeze_parameters(model: torch.nn.Module, encoder: bool = False, decoder: bo
 
 
 @register_task("ast_t5_seq2seq", dataclass=Seq2SeqFinetuningConfig)
-class Seq2SeqFinetuningTask(FairseqTask):
+class Seq2SeqFinetuningTask(SharedVocabTask):
     """Fine-tuning on JSONL source/target pairs; see the module docstring.
 
     Args:
@@ -190,14 +191,3 @@ class Seq2SeqFinetuningTask(FairseqTask):
     def reduce_metrics(self, logging_outputs, criterion):
         super().reduce_metrics(logging_outputs, criterion)
         log_generation_metrics(logging_outputs)
-
-    @property
-    def source_dictionary(self):
-        return self.dictionary
-
-    @property
-    def target_dictionary(self):
-        return self.dictionary
-
-    def max_positions(self):
-        return (self.cfg.max_source_positions, self.cfg.max_target_positions)

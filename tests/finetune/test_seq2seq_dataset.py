@@ -35,7 +35,7 @@ def test_reads_pairs_and_skips_blank_lines(tmp_path):
 
 @pytest.mark.parametrize("content,message", [
     ('{"source": "x", "target": "y"}\n{oops\n', r"c.jsonl:2: invalid JSON"),
-    ('["source", "target"]\n', r"c.jsonl:1: needs a string field"),
+    ('["source", "target"]\n', r"c.jsonl:1: expected a JSON object"),
 ])
 def test_bad_lines_are_one_line_errors(tmp_path, content, message):
     path = tmp_path / "c.jsonl"
