@@ -8,7 +8,11 @@ Examples::
     # no input: the embedded default corpus (this interpreter's standard library + samples)
     ast-t5-preprocess run -o data/default
 
-    # on a cluster: tokenizer once, then one job per shard, then merge
+    # published corpora: Parquet (The Stack v1, StarCoderData), .jsonl[.gz|.zst], save_to_disk folders
+    ast-t5-preprocess run the-stack/data/python/*.parquet -o data/bin --workers 8
+
+    # on a cluster: size the job, tokenizer once, then one job per shard, then merge
+    ast-t5-preprocess plan ~/code --num-shards 64
     ast-t5-preprocess train-spm ~/code -o data/bin --vocab-size 32000
     ast-t5-preprocess run ~/code -o data/bin --num-shards 64 --shard-id $SLURM_ARRAY_TASK_ID
     ast-t5-preprocess merge ~/code -o data/bin --num-shards 64
@@ -28,12 +32,26 @@ logger = logging.getLogger("ast_t5_preprocess")
 SPM_THREADS = 4
 
 
-def _add_input_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("inputs", nargs="*", help="directories (recursive), JSONL files (one record per "
-                   "file: content + path/lang fields) or single files; none = the default corpus")
-    p.add_argument("-o", "--output", required=True, help="output directory")
+def _add_input_args(p: argparse.ArgumentParser, output: bool = True) -> None:
+    p.add_argument("inputs", nargs="*", help="directories (recursive), record files (.jsonl, "
+                   ".jsonl.gz, .jsonl.zst, .parquet: one record per file with content + path/lang "
+                   "columns), folders written by datasets.save_to_disk, or single files; none = the "
+                   "default corpus")
+    if output:
+        p.add_argument("-o", "--output", required=True, help="output directory")
     p.add_argument("--language", help="force this language for every input (default: from the "
-                   "extension, or the JSONL record's lang/language field)")
+                   "extension, or the record's lang/language column)")
+    _add_column_args(p)
+
+
+def _add_column_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--content-column", help="column/field with the file contents in record files "
+                   "(default: the first of content, text, code, source)")
+    p.add_argument("--path-column", help="column/field with the file path (default: the first of "
+                   "max_stars_repo_path, path, filepath, file_path, filename, id)")
+    p.add_argument("--lang-column", help="column/field with the language name, e.g. 'C++' or "
+                   "'TypeScript' (default: the first of lang, language, programming_language; "
+                   "without one, the path's extension decides)")
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -58,6 +76,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-shards", action="store_true", help="keep shards/ after merging")
     p.add_argument("--overwrite", action="store_true", help="delete previous outputs first")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--log-interval", type=float, default=60.0,
+                   help="without a terminal, log progress (files, MB/s, ETA) every this many "
+                   "seconds (60; 0 = never)")
 
 
 def _add_spm_args(p: argparse.ArgumentParser) -> None:
@@ -86,7 +107,40 @@ def build_parser() -> argparse.ArgumentParser:
     spm.add_argument("--max-file-bytes", type=int, default=1 << 20)
     merge = sub.add_parser("merge", help="merge the shards of a sharded run (same arguments)")
     _add_input_args(merge), _add_run_args(merge), _add_spm_args(merge)
+    _add_plan_parser(sub)
     return parser
+
+
+def _add_plan_parser(sub) -> None:
+    plan = sub.add_parser("plan", help="print the shard assignment and the bytes each shard will "
+                          "read, without processing anything")
+    _add_input_args(plan, output=False)
+    plan.add_argument("--num-shards", type=int, default=1, help="number of shards (1)")
+    plan.add_argument("--assignment", metavar="FILE", help="also write one JSON line per document "
+                      "(shard, key, bytes, where) to FILE")
+
+
+def parse_args(parser: argparse.ArgumentParser, argv=None):
+    """Parse, accepting inputs anywhere (``run -o OUT a b`` as well as ``run a b -o OUT``)."""
+    args, extra = parser.parse_known_args(argv)
+    unknown = [a for a in extra if a.startswith("-")]
+    if unknown:
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}")
+    if extra:
+        if not hasattr(args, "inputs"):
+            parser.error(f"unrecognized arguments: {' '.join(extra)}")
+        args.inputs = list(args.inputs) + extra
+    return args
+
+
+def plan_command(args) -> int:
+    from .driver import reader_columns, resolve_inputs
+    from .plan import make_plan, print_plan
+
+    inputs, excludes = resolve_inputs(args)
+    print_plan(make_plan(inputs, args.num_shards, args.language, excludes, reader_columns(args),
+                         args.assignment))
+    return 0
 
 
 def options_from_args(args) -> PipelineOptions:
@@ -106,8 +160,8 @@ def validate(args) -> None:
         (getattr(args, "max_tokens", 2) >= 2, "--max-tokens must be >= 2"),
         (0 <= getattr(args, "valid_ratio", 0) + getattr(args, "test_ratio", 0) < 1,
          "--valid-ratio + --test-ratio must be in [0, 1)"),
-        (args.vocab_size > 4, "--vocab-size must be > 4"),
-        (args.num_sentinels >= 1, "--num-sentinels must be >= 1"),
+        (getattr(args, "vocab_size", 5) > 4, "--vocab-size must be > 4"),
+        (getattr(args, "num_sentinels", 1) >= 1, "--num-sentinels must be >= 1"),
     ]
     for ok, msg in checks:
         if not ok:
@@ -129,22 +183,29 @@ def validate(args) -> None:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    args = parse_args(build_parser(), argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     validate(args)
     from . import driver
+    from .readers import CorpusFormatError
 
     try:
         if args.command == "train-spm":
             driver.train_tokenizer(args)
         elif args.command == "run":
             driver.run(args)
+        elif args.command == "plan":
+            return plan_command(args)
         else:
             driver.merge(args)
-    except (TokenizerError, RuntimeError, FileNotFoundError) as e:
+    except (TokenizerError, RuntimeError, FileNotFoundError, CorpusFormatError) as e:
         print(f"ast-t5-preprocess: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("ast-t5-preprocess: interrupted (complete shards are kept; rerun the same command "
+              "to resume)", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -13,7 +13,8 @@ from .decontamination import Decontaminator, load_benchmark_texts
 from .inputs import ReadLimits, iter_documents, read_document, stable_hash
 from .merge import merge_shards, missing_shards, package_version, remove_shards, write_outputs
 from .shards import run_shard
-from .tokenizer import Tokenizer, TokenizerError, load_tokenizer, train_sentencepiece
+from .tokenizer import (Tokenizer, TokenizerError, load_tokenizer, sample_documents, train_sentencepiece,
+                        write_sample_list)
 
 logger = logging.getLogger(__name__)
 
@@ -36,39 +37,44 @@ def resolve_inputs(args):
     return inputs, DEFAULT_CORPUS_EXCLUDES
 
 
+def reader_columns(args):
+    """The record-file columns named on the command line (None: The Stack's defaults)."""
+    from .readers import Columns
+
+    return Columns(getattr(args, "content_column", None), getattr(args, "path_column", None),
+                   getattr(args, "lang_column", None))
+
+
 def _documents(args):
     inputs, excludes = resolve_inputs(args)
-    return lambda: iter_documents(inputs, args.language, excludes)
+    return lambda: iter_documents(inputs, args.language, excludes, reader_columns(args))
 
 
-def sample_texts(make_docs, limits: ReadLimits, sample_bytes: float):
-    """A deterministic sample of about ``sample_bytes`` of readable documents."""
-    total = 0
-    for doc in make_docs():
-        if doc.content is not None:
-            total += len(doc.content)
-        elif doc.file_path:
-            total += os.path.getsize(doc.file_path)
-    rate = min(1.0, sample_bytes / max(1, total))
-    for doc in make_docs():
-        if (stable_hash("spm:" + doc.key) >> 11) / float(1 << 53) < rate:
-            _, text, skip = read_document(doc, limits)
-            if text is not None:
-                yield text
+SPM_SAMPLE_SEED = 0
 
 
 def train_tokenizer(args) -> Tokenizer:
+    """Train sentencepiece on a reproducible sample of ``--spm-sample-mb`` of the inputs (one
+    pass over all of them, see tokenizer.sample_documents) and list the sampled documents in
+    ``spm.sample.jsonl``."""
     limits = ReadLimits(max_file_bytes=args.max_file_bytes)
-    texts = sample_texts(_documents(args), limits, args.spm_sample_mb * 1e6)
+    budget = args.spm_sample_mb * 1e6
     threads = args.spm_threads
-    logger.info("training sentencepiece (vocab %d, %d sentinels) on ~%.0f MB of the corpus",
-                args.vocab_size, args.num_sentinels, args.spm_sample_mb)
     t0 = time.time()
-    texts = list(texts)
-    if not texts:
+    sample, skipped = sample_documents(_documents(args)(), lambda d: read_document(d, limits),
+                                       budget, seed=SPM_SAMPLE_SEED)
+    if not sample:
         raise TokenizerError("no readable source files in the inputs to train the tokenizer on "
                              "(check the paths, --language and the skip limits)")
+    nbytes = sum(d.num_bytes for d in sample)
+    logger.info("training sentencepiece (vocab %d, %d sentinels) on a sample of %d documents, "
+                "%.1f MB (budget %.0f MB, seed %d)%s", args.vocab_size, args.num_sentinels,
+                len(sample), nbytes / 1e6, args.spm_sample_mb, SPM_SAMPLE_SEED,
+                "; unreadable while sampling: " + ", ".join(f"{k}={v}" for k, v in sorted(skipped.items()))
+                if skipped else "")
+    texts = [d.text for d in sample]
     tok = train_sentencepiece(texts, args.output, args.vocab_size, args.num_sentinels, threads)
+    write_sample_list(args.output, sample, SPM_SAMPLE_SEED, budget)
     logger.info("tokenizer written to %s in %.1fs", args.output, time.time() - t0)
     return tok
 
@@ -99,10 +105,16 @@ def fingerprint(args, tok: Tokenizer, options) -> str:
     inputs, excludes = resolve_inputs(args)
     bench = [hashlib.sha256(open(f, "rb").read()).hexdigest() for f in args.exclude_benchmark]
     state = dict(inputs=[os.path.abspath(i) for i in inputs], excludes=list(excludes),
+                 columns=_jsonable_columns(args),
                  language=args.language, num_shards=args.num_shards, options=_jsonable(options),
                  spm=tok.sha256, num_sentinels=tok.num_sentinels, dedup=not args.no_dedup,
                  benchmarks=bench, version=package_version())
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def _jsonable_columns(args):
+    cols = reader_columns(args)
+    return None if cols == type(cols)() else asdict(cols)  # the defaults keep old fingerprints
 
 
 def _jsonable(options) -> dict:
@@ -139,7 +151,8 @@ def run(args) -> None:
     t0 = time.time()
     for sid in shard_ids:
         run_shard(inputs, args.language, args.output, sid, args.num_shards, ctx_args, args.workers,
-                  fp, progress=not args.no_progress, exclude_dirs=excludes)
+                  fp, progress=not args.no_progress, exclude_dirs=excludes,
+                  columns=reader_columns(args), log_interval=getattr(args, "log_interval", 60.0))
     logger.info("processed %d shard(s) in %.1fs", len(shard_ids), time.time() - t0)
     if args.shard_id is not None:
         left = missing_shards(args.output, args.num_shards)

@@ -1,9 +1,12 @@
-"""Find documents in directories and JSONL files, and read them with explicit skip reasons.
+"""Find documents in directories and record files, and read them with explicit skip reasons.
 
 A *document* is one source file: from a directory (walked recursively in sorted order, hidden
-folders and symlinked folders skipped) or one record of a JSONL file (The Stack layout: a
-``content`` field, a ``path``-like field and an optional ``lang``/``language`` field). Reading
-never raises for bad input: it returns a skip reason that the caller counts.
+folders and symlinked folders skipped) or one record of a record file (JSONL, ``.jsonl.gz``,
+``.jsonl.zst``, Parquet, or a ``datasets.save_to_disk`` folder of Arrow files; see readers.py for
+the columns). Record files and saved datasets found inside a directory are read as such. Reading
+never raises for bad input: it returns a skip reason that the caller counts. Only regular files
+are ever opened, non-blocking: named pipes, devices and sockets are skipped (``special_file``),
+dangling symlinks and symlink loops are ``unreadable``.
 """
 import hashlib
 import json
@@ -11,17 +14,14 @@ import os
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, Union
 
-from .languages import language_from_path, normalize_language
-
-CONTENT_FIELDS = ("content", "text", "code", "source")
-PATH_FIELDS = ("path", "max_stars_repo_path", "filepath", "file_path", "filename", "id")
-LANGUAGE_FIELDS = ("lang", "language", "programming_language")
-BINARY_SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB marks a binary file (git's rule)
+from .languages import language_from_path
+from .readers import (Columns, is_arrow_dataset, is_record_file, iter_arrow_dataset, iter_jsonl,
+                      iter_parquet, open_regular, regular_file_size)
 
 # Skip reasons, in the order the summary table lists them.
-SKIP_REASONS = ("unreadable", "binary", "invalid_utf8", "empty", "too_large", "long_lines",
-                "bad_jsonl_record", "unknown_language", "unrepresentable", "parse_errors",
-                "duplicate", "decontaminated")
+SKIP_REASONS = ("unreadable", "special_file", "corrupt_stream", "binary", "invalid_utf8", "empty",
+                "too_large", "long_lines", "bad_jsonl_record", "bad_record", "unknown_language",
+                "unrepresentable", "parse_errors", "duplicate", "decontaminated")
 
 
 @dataclass
@@ -36,6 +36,13 @@ class Document:
     file_path: Optional[str] = None
     content: Optional[Union[str, bytes]] = None
     skip: Optional[str] = None  # a reason already known when the document was found
+    origin: str = ""  # where it was read: a file path, "file.jsonl:LINE" or "file.parquet#ROW"
+    src_bytes: int = 0  # bytes of the input files this document accounts for (progress, plan)
+
+    @property
+    def where(self) -> str:
+        """The name to report for this document (skip report, sample list)."""
+        return self.origin or self.file_path or self.key
 
 
 @dataclass
@@ -51,64 +58,85 @@ def stable_hash(key: str) -> int:
 
 
 def iter_documents(inputs: Sequence[str], language: Optional[str] = None,
-                   exclude_dirs: Sequence[str] = ()) -> Iterator[Document]:
+                   exclude_dirs: Sequence[str] = (), columns: Optional[Columns] = None) -> Iterator[Document]:
     """Documents of every input path, in a deterministic order.
 
     ``exclude_dirs`` names folders (by base name) not to descend into, e.g. ``site-packages``.
+    ``columns`` names the content/path/language columns of record files (default: The Stack's).
     """
+    columns = columns or Columns()
     for inp in inputs:
         if os.path.isdir(inp):
-            yield from _iter_directory(inp, language, frozenset(exclude_dirs))
-        elif inp.endswith((".jsonl", ".jsonl.gz")) and os.path.isfile(inp):
-            yield from _iter_jsonl(inp, language)
-        elif os.path.isfile(inp):
-            yield Document(os.path.basename(inp), language or language_from_path(inp), file_path=inp)
+            if is_arrow_dataset(inp):
+                yield from iter_arrow_dataset(inp, language, columns)
+            else:
+                yield from _iter_directory(inp, language, frozenset(exclude_dirs), columns)
+        elif os.path.lexists(inp):
+            if is_record_file(inp):
+                yield from iter_record_file(inp, language, columns)
+            else:
+                size, skip = regular_file_size(inp)
+                yield Document(os.path.basename(inp), language or language_from_path(inp),
+                               file_path=inp, skip=skip, origin=inp, src_bytes=size)
         else:
             raise FileNotFoundError(f"input not found: {inp}")
 
 
-def _iter_directory(root: str, language: Optional[str], exclude) -> Iterator[Document]:
-    base = os.path.basename(os.path.normpath(os.path.abspath(root)))
+def iter_record_file(path: str, language: Optional[str], columns: Columns) -> Iterator[Document]:
+    if path.endswith(".parquet"):
+        return iter_parquet(path, language, columns)
+    return iter_jsonl(path, language, columns)
+
+
+def _walk(root: str, language: Optional[str], exclude):
+    """What a directory holds for the corpus, in walk order: ``("file", path, language)``,
+    ``("records", path, None)`` and ``("arrow", folder, None)`` entries."""
     for dirpath, dirnames, filenames in os.walk(root):
+        datasets = sorted(d for d in dirnames if is_arrow_dataset(os.path.join(dirpath, d))
+                          and not os.path.islink(os.path.join(dirpath, d)))
         dirnames[:] = sorted(d for d in dirnames if not d.startswith(".") and d not in exclude
-                             and not os.path.islink(os.path.join(dirpath, d)))
+                             and not os.path.islink(os.path.join(dirpath, d)) and d not in datasets)
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
+            if is_record_file(name):
+                yield "records", path, None
+                continue
             lang = language or language_from_path(name)
-            if lang is None:
-                continue  # not a source file of a known language: not part of the corpus
+            if lang is not None:  # else not a source file of a known language: not in the corpus
+                yield "file", path, lang
+        for d in datasets:
+            yield "arrow", os.path.join(dirpath, d), None
+
+
+def _iter_directory(root: str, language: Optional[str], exclude, columns: Columns) -> Iterator[Document]:
+    base = os.path.basename(os.path.normpath(os.path.abspath(root)))
+    for kind, path, lang in _walk(root, language, exclude):
+        if kind == "records":
+            yield from iter_record_file(path, language, columns)
+        elif kind == "arrow":
+            yield from iter_arrow_dataset(path, language, columns)
+        else:
             rel = os.path.relpath(path, root).replace(os.sep, "/")
-            yield Document(f"{base}/{rel}", lang, file_path=path)
+            size, skip = regular_file_size(path)  # dangling/looping symlink, FIFO, device: skipped
+            yield Document(f"{base}/{rel}", lang, file_path=path, skip=skip, origin=path, src_bytes=size)
 
 
-def _iter_jsonl(path: str, language: Optional[str]) -> Iterator[Document]:
-    import gzip
+def input_bytes(inputs: Sequence[str], language: Optional[str] = None, exclude_dirs: Sequence[str] = ()) -> int:
+    """Total size of the files :func:`iter_documents` reads (compressed sizes for record files);
+    only stats files, so it is cheap next to reading them."""
+    from .readers import arrow_files
 
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8", errors="surrogateescape") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
-                continue
-            key = f"{os.path.basename(path)}:{lineno}"
-            try:
-                rec = json.loads(line)
-                content = next(rec[k] for k in CONTENT_FIELDS if isinstance(rec.get(k), str))
-            except (ValueError, StopIteration, AttributeError, TypeError):
-                yield Document(key, None, skip="bad_jsonl_record")
-                continue
-            rec_path = next((str(rec[k]) for k in PATH_FIELDS if rec.get(k) is not None), None)
-            lang = language or _record_language(rec, rec_path)
-            yield Document(rec_path or key, lang, content=content,
-                           skip=None if lang else "unknown_language")
-
-
-def _record_language(rec: dict, rec_path: Optional[str]) -> Optional[str]:
-    for k in LANGUAGE_FIELDS:
-        if isinstance(rec.get(k), str):
-            lang = normalize_language(rec[k])
-            if lang:
-                return lang
-    return language_from_path(rec_path) if rec_path else None
+    total = 0
+    for inp in inputs:
+        if os.path.isdir(inp):
+            entries = ([("arrow", inp, None)] if is_arrow_dataset(inp)
+                       else _walk(inp, language, frozenset(exclude_dirs)))
+            for kind, path, _ in entries:
+                paths = arrow_files(path) if kind == "arrow" else [path]
+                total += sum(regular_file_size(p)[0] for p in paths)
+        else:
+            total += regular_file_size(inp)[0]
+    return total
 
 
 def read_document(doc: Document, limits: ReadLimits):
@@ -123,10 +151,13 @@ def read_document(doc: Document, limits: ReadLimits):
         except UnicodeEncodeError:
             return None, None, "invalid_utf8"
     else:
+        f, reason = open_regular(doc.file_path)  # regular files only, never blocks
+        if f is None:
+            return None, None, reason
         try:
-            if os.path.getsize(doc.file_path) > limits.max_file_bytes:
-                return None, None, "too_large"
-            with open(doc.file_path, "rb") as f:
+            with f:
+                if os.fstat(f.fileno()).st_size > limits.max_file_bytes:
+                    return None, None, "too_large"
                 data = f.read(limits.max_file_bytes + 1)
         except OSError:
             return None, None, "unreadable"
@@ -136,7 +167,7 @@ def read_document(doc: Document, limits: ReadLimits):
 def check_content(data: bytes, limits: ReadLimits):
     if len(data) > limits.max_file_bytes:
         return None, None, "too_large"
-    if b"\x00" in data[:BINARY_SNIFF_BYTES]:
+    if b"\x00" in data:  # anywhere, not only in the first 8 KiB (git's sniff)
         return None, None, "binary"
     try:
         text = data.decode("utf-8")

@@ -43,6 +43,8 @@ _ALIASES = {
     "c#": "csharp", "csharp": "csharp", "c-sharp": "csharp", "c_sharp": "csharp", "c": "c",
     "go": "go", "golang": "go", "javascript": "javascript", "js": "javascript",
     "typescript": "typescript", "ts": "typescript", "tsx": "tsx", "rust": "rust", "rs": "rust",
+    "python3": "python", "py3": "python", "cxx": "cpp", "cplusplus": "cpp", "cs": "csharp",
+    "jsx": "javascript", "node": "javascript", "typescript-jsx": "tsx",
     "markdown": TEXT, "text": TEXT, "plain text": TEXT, "restructuredtext": TEXT, "md": TEXT,
 }
 

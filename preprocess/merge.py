@@ -121,7 +121,8 @@ def write_outputs(out_dir: str, stats: Dict[str, Counter], options: dict, tokeni
         "created_by": f"ast-t5-preprocess {package_version()}",
         "options": options,
         "tokenizer": {"spm_sha256": tokenizer.sha256, "spm_vocab_size": tokenizer.spm_vocab_size,
-                      "num_sentinels": tokenizer.num_sentinels, "vocab_size": tokenizer.vocab_size},
+                      "num_sentinels": tokenizer.num_sentinels, "vocab_size": tokenizer.vocab_size,
+                      "sample": _tokenizer_sample(out_dir)},
         "grammars": {l: grammar_version(l) for l in languages},
         "data_weights": weights,
         "languages": {l: dict(sorted(stats[l].items())) for l in sorted(stats)},
@@ -129,6 +130,13 @@ def write_outputs(out_dir: str, stats: Dict[str, Counter], options: dict, tokeni
     }
     atomic_write_text(os.path.join(out_dir, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
+
+
+def _tokenizer_sample(out_dir: str):
+    """The list of documents the tokenizer was trained on, if it was trained here."""
+    from .tokenizer import SAMPLE_FILE
+
+    return SAMPLE_FILE if os.path.exists(os.path.join(out_dir, SAMPLE_FILE)) else None
 
 
 def package_version() -> str:

@@ -6,17 +6,19 @@ skips complete shards, so a killed run finishes where it stopped and gives the s
 uninterrupted one. Exact duplicates (same content hash) are dropped inside a shard while it runs
 and across shards when merging (the copy in the lowest shard, earliest in walk order, is kept).
 """
+import glob
 import json
 import logging
 import multiprocessing as mp
 import os
 import shutil
+import signal
 import time
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional
 
 from .formats import AST_DTYPE, IndexedWriter, token_dtype
-from .inputs import iter_documents, stable_hash
+from .inputs import input_bytes, iter_documents, stable_hash
 from .pipeline import FileResult, WorkerContext, process_document
 
 logger = logging.getLogger(__name__)
@@ -30,14 +32,24 @@ def shard_dir(out_dir: str, shard_id: int, num_shards: int) -> str:
     return os.path.join(out_dir, "shards", f"shard-{shard_id:05d}-of-{num_shards:05d}")
 
 
-def shard_documents(inputs, language, shard_id: int, num_shards: int, exclude_dirs=()):
-    for doc in iter_documents(inputs, language, exclude_dirs):
-        if num_shards == 1 or stable_hash("shard:" + doc.key) % num_shards == shard_id:
+def shard_of(key: str, num_shards: int) -> int:
+    return stable_hash("shard:" + key) % num_shards if num_shards > 1 else 0
+
+
+def shard_documents(inputs, language, shard_id: int, num_shards: int, exclude_dirs=(), columns=None,
+                    counter=None):
+    """The documents of one shard; ``counter`` (progress.InputCounter) sees every document."""
+    docs = iter_documents(inputs, language, exclude_dirs, columns)
+    if counter is not None:
+        docs = counter.count(docs)
+    for doc in docs:
+        if num_shards == 1 or shard_of(doc.key, num_shards) == shard_id:
             yield doc
 
 
 def _init_worker(ctx_args) -> None:
     global _CTX
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C: the main process ends the pool, quietly
     _CTX = WorkerContext(*ctx_args)
 
 
@@ -115,19 +127,43 @@ def record(stats: Dict[str, Counter], res: FileResult) -> None:
 
 def run_shard(inputs, language, out_dir: str, shard_id: int, num_shards: int, ctx_args,
               workers: int, fingerprint: str, progress: bool = True, exclude_dirs=(),
-              documents=None) -> dict:
+              documents=None, columns=None, log_interval: float = 60.0) -> dict:
     """Process one shard if it is not complete yet; return its stats.
 
     ``documents`` replaces the walk of ``inputs`` (benchmarks and tests pass a fixed list).
+    ``progress`` shows a bar on a terminal, else logs a line every ``log_interval`` seconds.
     """
     final = shard_dir(out_dir, shard_id, num_shards)
     done = _load_complete(final, fingerprint)
     if done is not None:
         logger.info("shard %d/%d already complete, skipping", shard_id, num_shards)
         return done
+    remove_stale_temporaries(final)
     tmp = f"{final}.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     os.makedirs(tmp)
+    try:
+        out = _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, fingerprint,
+                         progress, exclude_dirs, documents, columns, log_interval)
+    except BaseException:  # Ctrl-C, a fatal error: leave no half-written shard behind
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    shutil.rmtree(final, ignore_errors=True)
+    os.replace(tmp, final)
+    return out
+
+
+def remove_stale_temporaries(final: str) -> None:
+    """Temporary folders of this shard left by killed runs (``shard-...tmp-PID``)."""
+    for stale in glob.glob(glob.escape(final) + ".tmp-*"):
+        logger.info("removing %s, left by an interrupted run", stale)
+        shutil.rmtree(stale, ignore_errors=True)
+
+
+def _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, fingerprint,
+               progress, exclude_dirs, documents, columns, log_interval) -> dict:
+    from .progress import InputCounter, Progress
+
     spm_model, num_sentinels = ctx_args[0], ctx_args[1]
     from .tokenizer import Tokenizer
 
@@ -135,28 +171,28 @@ def run_shard(inputs, language, out_dir: str, shard_id: int, num_shards: int, ct
     writer = ShardWriter(tmp, tok.vocab_size)
     stats: Dict[str, Counter] = defaultdict(new_stats)
     seen = set()
-    docs = documents if documents is not None else shard_documents(
-        inputs, language, shard_id, num_shards, exclude_dirs)
-    bar = _progress(progress, f"shard {shard_id + 1}/{num_shards}")
-    t0, nbytes = time.time(), 0
+    counter = InputCounter()
+    if documents is not None:
+        docs, total = counter.count(documents), 0
+    else:
+        docs = shard_documents(inputs, language, shard_id, num_shards, exclude_dirs, columns, counter)
+        total = input_bytes(inputs, language, exclude_dirs) if progress else 0
+    bar = Progress(f"shard {shard_id + 1}/{num_shards}", total, counter, enabled=progress,
+                   log_interval=log_interval)
     for res in _results(docs, ctx_args, workers):
         if not res.skip and res.content_hash in seen:
             res = FileResult(res.language, skip="duplicate")
         if not res.skip:
             seen.add(res.content_hash)
             writer.add(res, eos=2)
-            nbytes += res.num_bytes
         record(stats, res)
-        bar.update(1)
-        bar.set_postfix_str(f"{nbytes / 1e6 / max(1e-9, time.time() - t0):.2f} MB/s", refresh=False)
+        bar.update(not res.skip, res.num_bytes if not res.skip else 0)
     bar.close()
     writer.close()
     out = {"fingerprint": fingerprint, "stats": {k: dict(v) for k, v in sorted(stats.items())},
            "files": dict(sorted(writer.files.items()))}
     with open(os.path.join(tmp, "shard.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, sort_keys=True)
-    shutil.rmtree(final, ignore_errors=True)
-    os.replace(tmp, final)
     return out
 
 
@@ -170,9 +206,3 @@ def _load_complete(path: str, fingerprint: str) -> Optional[dict]:
         raise RuntimeError(f"{path} was made with other options or inputs; "
                            "use another --output directory or --overwrite")
     return done
-
-
-def _progress(enabled: bool, desc: str):
-    from tqdm import tqdm
-
-    return tqdm(desc=desc, unit="file", disable=not enabled, mininterval=1.0, dynamic_ncols=True)

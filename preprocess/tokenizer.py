@@ -8,11 +8,14 @@ which is also fairseq's ``Dictionary`` order, so the fairseq index equals the se
 Sentinels come after the pieces, the last id being ``<extra_id_0>`` (the Hugging Face T5 layout).
 """
 import hashlib
+import heapq
 import io
 import json
 import logging
 import os
-from typing import Iterable, Iterator, Optional
+from collections import Counter
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, List, Optional, Tuple
 
 import numpy as np
 
@@ -25,11 +28,17 @@ DEFAULT_VOCAB_SIZE = 32000
 DEFAULT_NUM_SENTINELS = 256
 # sentencepiece skips training sentences longer than this; we feed file chunks up to half of it.
 MAX_SENTENCE_BYTES = 16384
+# sentencepiece samples at most this many training sentences (file chunks of <= 8 KiB, see
+# chunk_text) from what it is given; the document sample below (--spm-sample-mb) comes first.
+INPUT_SENTENCE_SIZE = 2_000_000
+SPM_RANDOM_SEED = 1234  # sentencepiece's own shuffling/sampling
+SAMPLE_FILE = "spm.sample.jsonl"  # which documents fed the tokenizer, beside spm.model
 SPM_TRAIN_OPTIONS = dict(
     model_type="bpe", normalization_rule_name="identity", remove_extra_whitespaces=False,
     add_dummy_prefix=False, allow_whitespace_only_pieces=True, byte_fallback=True,
     split_digits=True, split_by_whitespace=True, character_coverage=0.9995,
     max_sentence_length=MAX_SENTENCE_BYTES, shuffle_input_sentence=True,
+    input_sentence_size=INPUT_SENTENCE_SIZE,
     bos_id=SPECIALS["bos"], pad_id=SPECIALS["pad"], eos_id=SPECIALS["eos"], unk_id=SPECIALS["unk"],
     bos_piece="<s>", pad_piece="<pad>", eos_piece="</s>", unk_piece="<unk>", minloglevel=2,
 )
@@ -61,6 +70,7 @@ def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = DE
     import sentencepiece as spm
 
     model = io.BytesIO()
+    spm.set_random_generator_seed(SPM_RANDOM_SEED)
     sentences = (chunk for t in texts if SPACE_MARK not in t for chunk in chunk_text(t))
     try:
         spm.SentencePieceTrainer.train(
@@ -74,6 +84,68 @@ def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = DE
     tok = Tokenizer(os.path.join(out_dir, "spm.model"), num_sentinels)
     tok.write_vocab_files(out_dir)
     return tok
+
+
+@dataclass
+class SampledDocument:
+    priority: int
+    key: str
+    language: Optional[str]
+    where: str
+    num_bytes: int
+    text: str
+
+
+def sample_documents(documents: Iterable, read: Callable, budget_bytes: float,
+                     seed: int = 0) -> Tuple[List[SampledDocument], Counter]:
+    """A reproducible sample of about ``budget_bytes`` of readable documents, in one pass.
+
+    Every document gets a priority ``hash(seed, key)``; the sample is the longest run of
+    documents in priority order whose sizes sum to at most the budget (a bottom-k reservoir
+    weighted by bytes). It depends only on the set of documents and the seed, not on their
+    order or on the number of workers, and holds at most ``budget_bytes`` of text in memory. A
+    document whose priority is above one already evicted can never enter, so it is not even read.
+
+    ``read(doc)`` returns ``(data, text, skip_reason)`` (``inputs.read_document``). Returns the
+    sample sorted by priority and the skip reasons met while reading.
+    """
+    from .inputs import stable_hash
+
+    heap: List[tuple] = []  # max-heap on priority: (-priority, tie, SampledDocument)
+    total, cutoff, skipped = 0, None, Counter()
+    for n, doc in enumerate(documents):
+        prio = stable_hash(f"spm:{seed}:{doc.key}")
+        if cutoff is not None and prio >= cutoff:
+            continue
+        if not doc.skip and doc.content is None and doc.src_bytes > budget_bytes:
+            skipped["larger_than_sample"] += 1
+            continue
+        data, text, skip = read(doc)
+        if text is None:
+            skipped[skip] += 1
+            continue
+        if len(data) > budget_bytes:  # could never be part of the sample: not a cutoff either
+            skipped["larger_than_sample"] += 1
+            continue
+        heapq.heappush(heap, (-prio, n, SampledDocument(prio, doc.key, doc.language, doc.where, len(data), text)))
+        total += len(data)
+        while heap and total > budget_bytes:
+            neg, _, evicted = heapq.heappop(heap)
+            total -= evicted.num_bytes
+            cutoff = -neg if cutoff is None else min(cutoff, -neg)
+    return sorted((h[2] for h in heap), key=lambda d: (d.priority, d.key)), skipped
+
+
+def write_sample_list(out_dir: str, sample: List[SampledDocument], seed: int, budget_bytes: float) -> str:
+    """Write ``spm.sample.jsonl``: one line per document that fed the tokenizer (atomic)."""
+    head = dict(sample_seed=seed, budget_bytes=int(budget_bytes), documents=len(sample),
+                bytes=sum(d.num_bytes for d in sample), input_sentence_size=INPUT_SENTENCE_SIZE)
+    lines = [json.dumps(head, sort_keys=True)]
+    lines += [json.dumps(dict(key=d.key, language=d.language, where=d.where, bytes=d.num_bytes),
+                         sort_keys=True) for d in sample]
+    path = os.path.join(out_dir, SAMPLE_FILE)
+    _atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
+    return path
 
 
 class Tokenizer:

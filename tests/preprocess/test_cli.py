@@ -18,7 +18,7 @@ from ast_t5_preprocess.tokenizer import load_tokenizer
 
 from ..conftest import STDLIB
 
-TOKENIZER_FILES = ("spm.model", "spm.vocab", "dict.txt", "tokenizer.json")  # what train-spm writes
+TOKENIZER_FILES = ("spm.model", "spm.vocab", "dict.txt", "tokenizer.json", "spm.sample.jsonl")  # what train-spm writes
 SMALL = ["--vocab-size", "1200", "--num-sentinels", "32", "--no-progress", "--max-tokens", "256"]
 
 
