@@ -180,7 +180,8 @@ def _merge(args, tok, options, fp) -> None:
     print_summary(manifest)
 
 
-def print_summary(manifest: dict, file=sys.stdout) -> None:
+def print_summary(manifest: dict, file=None) -> None:
+    file = file or sys.stdout  # looked up now: sys.stdout may have been replaced since import
     cols = ("language", "files", "skipped", "MB", "tokens", "segments", "train/valid/test", "broken AST/naive")
     rows = []
     for lang, s in sorted(manifest["languages"].items()):

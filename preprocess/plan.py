@@ -54,7 +54,8 @@ def make_plan(inputs: Sequence[str], num_shards: int, language: Optional[str] = 
                 bytes=sum(nbytes.values()), input_bytes=input_bytes(inputs, language, exclude_dirs))
 
 
-def print_plan(plan: dict, file=sys.stdout) -> None:
+def print_plan(plan: dict, file=None) -> None:
+    file = file or sys.stdout
     shards = plan["shards"]
     mean = plan["bytes"] / max(1, len(shards))
     print(f"{'shard':>5}  {'files':>9}  {'skipped':>7}  {'MB':>10}  {'x mean':>6}", file=file)

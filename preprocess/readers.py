@@ -163,13 +163,50 @@ def _text_lines(raw, path: str):
 
         stream = gzip.GzipFile(fileobj=raw, mode="rb")
     elif path.endswith(".zst"):
-        import zstandard
-
-        stream = io.BufferedReader(zstandard.ZstdDecompressor().stream_reader(
-            raw, read_across_frames=True, closefd=False))
+        stream = io.BufferedReader(_ZstdFrames(raw), buffer_size=1 << 16)
     else:
         stream = raw
     return io.TextIOWrapper(stream, encoding="utf-8", errors="surrogateescape", newline="\n")
+
+
+class _ZstdFrames(io.RawIOBase):
+    """Decompress concatenated zstd frames from a binary file; unlike ``stream_reader``, a stream
+    that ends inside a frame raises (``ZstdError``) instead of ending quietly."""
+
+    CHUNK = 1 << 16
+
+    def __init__(self, raw):
+        import zstandard
+
+        self._zstd, self._raw = zstandard, raw
+        self._dobj = zstandard.ZstdDecompressor().decompressobj()
+        self._buf, self._in_frame = b"", False
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        while not self._buf:
+            chunk = self._raw.read(self.CHUNK)
+            if not chunk:
+                if self._in_frame:
+                    raise self._zstd.ZstdError("truncated zstd stream (ends inside a frame)")
+                return 0
+            self._buf = self._feed(chunk)
+        n = min(len(b), len(self._buf))
+        b[:n], self._buf = self._buf[:n], self._buf[n:]
+        return n
+
+    def _feed(self, chunk: bytes) -> bytes:
+        out = []
+        while chunk:
+            self._in_frame = True
+            out.append(self._dobj.decompress(chunk))
+            if not self._dobj.eof:
+                break
+            chunk, self._in_frame = self._dobj.unused_data, False  # the next frame, if any
+            self._dobj = self._zstd.ZstdDecompressor().decompressobj()
+        return b"".join(out)
 
 
 def iter_jsonl(path: str, language: Optional[str], columns: Columns) -> Iterator:
@@ -242,7 +279,7 @@ def iter_parquet(path: str, language: Optional[str], columns: Columns) -> Iterat
     if raw is None:
         yield Document(name, None, file_path=path, skip=reason, origin=path)
         return
-    row, size = 0, _size(path)
+    size = _size(path)
     with raw:
         try:
             pf = pq.ParquetFile(raw, pre_buffer=False, buffer_size=1 << 20)
@@ -278,7 +315,8 @@ def _iter_batches(batches, path, name, language, cols, content, path_col, lang_c
                 rec_path = None if rec_path is None else str(rec_path)
                 row += 1
                 if not isinstance(text, (str, bytes)):
-                    yield Document(f"{name}#{row - 1}", None, skip="bad_record", origin=origin, src_bytes=src)
+                    yield Document(rec_path or f"{name}#{row - 1}", None, skip="bad_record", origin=origin,
+                                   src_bytes=src)
                     continue
                 lang = language or record_language([values[lang_col][i]] if lang_col else [], rec_path)
                 yield Document(rec_path or f"{name}#{row - 1}", lang, content=text, origin=origin,

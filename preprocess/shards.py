@@ -140,9 +140,9 @@ def run_shard(inputs, language, out_dir: str, shard_id: int, num_shards: int, ct
         return done
     remove_stale_temporaries(final)
     tmp = f"{final}.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    os.makedirs(tmp)
     try:
+        shutil.rmtree(tmp, ignore_errors=True)
+        os.makedirs(tmp)
         out = _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, fingerprint,
                          progress, exclude_dirs, documents, columns, log_interval)
     except BaseException:  # Ctrl-C, a fatal error: leave no half-written shard behind
