@@ -166,3 +166,35 @@ def test_sample_file_is_in_the_manifest(code_corpus, tmp_path):
     assert len(sampled) < manifest["totals"]["files_kept"]  # a sample, not the corpus
     tok = json.load(open(out / "tokenizer.json"))
     assert tok["train_options"]["input_sentence_size"] == head["input_sentence_size"]
+
+
+def test_progress_bar_on_a_terminal_and_log_lines_otherwise(caplog):
+    import io
+    import logging
+
+    from ast_t5_preprocess.inputs import Document
+    from ast_t5_preprocess.progress import InputCounter, Progress
+
+    class Tty(io.StringIO):
+        def isatty(self):
+            return True
+
+    docs = [Document(f"k{i}", "python", content="x", src_bytes=10 ** 6) for i in range(10)]
+    for stream in (Tty(), io.StringIO()):
+        counter = InputCounter()
+        with caplog.at_level(logging.INFO, logger="ast_t5_preprocess.progress"):
+            caplog.clear()
+            bar = Progress("shard 1/1", 10 ** 7, counter, log_interval=1e-9, stream=stream)
+            for i, _ in enumerate(counter.count(docs)):
+                bar.update(kept=i % 2 == 0, num_bytes=500_000)
+            bar.close()
+        if isinstance(stream, Tty):
+            shown = stream.getvalue()
+            assert "shard 1/1" in shown and "100%" in shown and "10 files" in shown and "MB/s" in shown
+            assert not caplog.records
+        else:
+            assert stream.getvalue() == ""
+            last = caplog.records[-1].getMessage()
+            assert "10 files (5 kept), 10.0/10.0 MB of input (100.0%)" in last
+            assert "MB/s of code" in last and "ETA 0m00s" in last
+            assert "(10.0%)" in caplog.records[0].getMessage()  # one line per interval, not only at the end
