@@ -359,26 +359,22 @@ def iter_arrow_dataset(folder: str, language: Optional[str], columns: Columns) -
 
 
 def _iter_arrow_batches(reader, path, name, language, cols, content, path_col, lang_col, raw, size):
+    """Documents of an Arrow IPC stream, one record batch at a time."""
+    from .inputs import Document
+
     row, pos = 0, 0
     while True:
-        batches = []
         try:
-            batches.append(reader.read_next_batch())
+            batch = reader.read_next_batch()
         except StopIteration:
             return
-        except _stream_errors():
-            batches = None
-        if batches is None:  # let _iter_batches report the damage with its row number
-            yield from _iter_batches(_raise_damaged(path), path, name, language, cols, content,
-                                     path_col, lang_col, size - pos, 1, row, pos)
+        except _stream_errors() as e:
+            logger.warning("%s: damaged after row %d (%s); the rest of the file is skipped", path, row,
+                           str(e).splitlines()[0] if str(e) else type(e).__name__)
+            yield Document(f"{name}#{row}-", None, file_path=path, skip="corrupt_stream",
+                           origin=f"{path}#{row}", src_bytes=max(0, size - pos))
             return
-        now = min(size, raw.tell())
-        n = batches[0].num_rows
-        yield from _iter_batches(batches, path, name, language, cols, content, path_col, lang_col,
-                                 now - pos, max(1, n), row, pos)
-        row, pos = row + n, now
-
-
-def _raise_damaged(path):
-    raise OSError(f"damaged Arrow stream in {path}")
-    yield  # pragma: no cover  (makes this a generator)
+        now = min(size, raw.tell())  # the batch's bytes, spread over its rows
+        yield from _iter_batches([batch], path, name, language, cols, content, path_col, lang_col,
+                                 now - pos, max(1, batch.num_rows), row, pos)
+        row, pos = row + batch.num_rows, now

@@ -219,3 +219,18 @@ def test_stdlib_files_round_trip_through_every_format(tmp_path):
         docs = list(iter_documents([str(tmp_path / inp)]))
         assert [(d.key, d.language, read_document(d, ReadLimits(max_line_length=10 ** 6))[0])
                 for d in docs] == want, inp
+
+
+def test_damaged_parquet_and_arrow_files_are_skipped_and_counted(tmp_path):
+    rows = _many_records(40)
+    good = write_parquet(tmp_path / "good.parquet", stack_table(rows), row_group_size=10)
+    data = good.read_bytes()
+    (tmp_path / "cut.parquet").write_bytes(data[: len(data) // 2])  # no footer: nothing readable
+    assert [(d.skip, d.file_path) for d in iter_documents([str(tmp_path / "cut.parquet")])] == [
+        ("corrupt_stream", str(tmp_path / "cut.parquet"))]
+    write_saved_dataset(tmp_path / "ds", stack_table(rows), num_files=1)
+    arrow = tmp_path / "ds" / "data-00000-of-00001.arrow"
+    arrow.write_bytes(arrow.read_bytes()[: arrow.stat().st_size * 2 // 3])
+    docs = list(iter_documents([str(tmp_path / "ds")]))
+    assert 10 <= len(docs) - 1 < 40 and all(d.skip is None for d in docs[:-1])
+    assert docs[-1].skip == "corrupt_stream" and [d.key for d in docs[:-1]] == [r[1] for r in rows[:len(docs) - 1]]
