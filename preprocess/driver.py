@@ -74,7 +74,7 @@ def train_tokenizer(args) -> Tokenizer:
                 if skipped else "")
     texts = [d.text for d in sample]
     tok = train_sentencepiece(texts, args.output, args.vocab_size, args.num_sentinels, threads)
-    write_sample_list(args.output, sample, SPM_SAMPLE_SEED, budget)
+    write_sample_list(args.output, sample, SPM_SAMPLE_SEED, budget, tok.sha256)
     logger.info("tokenizer written to %s in %.1fs", args.output, time.time() - t0)
     return tok
 

@@ -122,7 +122,7 @@ def write_outputs(out_dir: str, stats: Dict[str, Counter], options: dict, tokeni
         "options": options,
         "tokenizer": {"spm_sha256": tokenizer.sha256, "spm_vocab_size": tokenizer.spm_vocab_size,
                       "num_sentinels": tokenizer.num_sentinels, "vocab_size": tokenizer.vocab_size,
-                      "sample": _tokenizer_sample(out_dir)},
+                      "sample": _tokenizer_sample(out_dir, tokenizer.sha256)},
         "grammars": {l: grammar_version(l) for l in languages},
         "data_weights": weights,
         "languages": {l: dict(sorted(stats[l].items())) for l in sorted(stats)},
@@ -132,11 +132,11 @@ def write_outputs(out_dir: str, stats: Dict[str, Counter], options: dict, tokeni
     return manifest
 
 
-def _tokenizer_sample(out_dir: str):
+def _tokenizer_sample(out_dir: str, spm_sha256: str):
     """The list of documents the tokenizer was trained on, if it was trained here."""
-    from .tokenizer import SAMPLE_FILE
+    from .tokenizer import sample_list_of
 
-    return SAMPLE_FILE if os.path.exists(os.path.join(out_dir, SAMPLE_FILE)) else None
+    return sample_list_of(out_dir, spm_sha256)
 
 
 def package_version() -> str:

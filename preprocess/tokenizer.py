@@ -136,9 +136,11 @@ def sample_documents(documents: Iterable, read: Callable, budget_bytes: float,
     return sorted((h[2] for h in heap), key=lambda d: (d.priority, d.key)), skipped
 
 
-def write_sample_list(out_dir: str, sample: List[SampledDocument], seed: int, budget_bytes: float) -> str:
-    """Write ``spm.sample.jsonl``: one line per document that fed the tokenizer (atomic)."""
-    head = dict(sample_seed=seed, budget_bytes=int(budget_bytes), documents=len(sample),
+def write_sample_list(out_dir: str, sample: List[SampledDocument], seed: int, budget_bytes: float,
+                      spm_sha256: str) -> str:
+    """Write ``spm.sample.jsonl`` (atomic): a header line (seed, budget, sizes, the sha256 of the
+    spm.model trained on it), then one line per document that fed the tokenizer."""
+    head = dict(spm_sha256=spm_sha256, sample_seed=seed, budget_bytes=int(budget_bytes), documents=len(sample),
                 bytes=sum(d.num_bytes for d in sample), input_sentence_size=INPUT_SENTENCE_SIZE)
     lines = [json.dumps(head, sort_keys=True)]
     lines += [json.dumps(dict(key=d.key, language=d.language, where=d.where, bytes=d.num_bytes),
@@ -146,6 +148,16 @@ def write_sample_list(out_dir: str, sample: List[SampledDocument], seed: int, bu
     path = os.path.join(out_dir, SAMPLE_FILE)
     _atomic_write(path, ("\n".join(lines) + "\n").encode("utf-8"))
     return path
+
+
+def sample_list_of(out_dir: str, spm_sha256: str) -> Optional[str]:
+    """``SAMPLE_FILE`` if ``out_dir`` has the sample list of this very tokenizer, else None."""
+    try:
+        with open(os.path.join(out_dir, SAMPLE_FILE), encoding="utf-8") as f:
+            head = json.loads(f.readline())
+    except (OSError, ValueError):
+        return None
+    return SAMPLE_FILE if isinstance(head, dict) and head.get("spm_sha256") == spm_sha256 else None
 
 
 class Tokenizer:

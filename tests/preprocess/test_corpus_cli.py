@@ -161,11 +161,17 @@ def test_sample_file_is_in_the_manifest(code_corpus, tmp_path):
     lines = [json.loads(x) for x in open(out / manifest["tokenizer"]["sample"])]
     head, sampled = lines[0], lines[1:]
     assert head["budget_bytes"] == 100000 and head["input_sentence_size"] > 0
+    assert head["spm_sha256"] == manifest["tokenizer"]["spm_sha256"]
     assert head["documents"] == len(sampled) and 0 < head["bytes"] <= 100000
     assert all(os.path.isfile(x["where"]) for x in sampled)
     assert len(sampled) < manifest["totals"]["files_kept"]  # a sample, not the corpus
     tok = json.load(open(out / "tokenizer.json"))
     assert tok["train_options"]["input_sentence_size"] == head["input_sentence_size"]
+    # a list left beside another tokenizer (e.g. --spm-model later) is not referenced
+    from ast_t5_preprocess.tokenizer import sample_list_of
+
+    assert sample_list_of(str(out), head["spm_sha256"]) == "spm.sample.jsonl"
+    assert sample_list_of(str(out), "0" * 64) is None
 
 
 def test_progress_bar_on_a_terminal_and_log_lines_otherwise(caplog):
