@@ -20,8 +20,8 @@ BINARY_SNIFF_BYTES = 8192  # a NUL byte in the first 8 KiB marks a binary file (
 
 # Skip reasons, in the order the summary table lists them.
 SKIP_REASONS = ("unreadable", "binary", "invalid_utf8", "empty", "too_large", "long_lines",
-                "bad_jsonl_record", "unknown_language", "unrepresentable", "parse_errors",
-                "duplicate", "decontaminated")
+                "bad_jsonl_record", "unknown_language", "unknown_extension", "unrepresentable",
+                "parse_errors", "duplicate", "near_duplicate", "decontaminated")
 
 
 @dataclass
@@ -75,9 +75,10 @@ def _iter_directory(root: str, language: Optional[str], exclude) -> Iterator[Doc
         for name in sorted(filenames):
             path = os.path.join(dirpath, name)
             lang = language or language_from_path(name)
-            if lang is None:
-                continue  # not a source file of a known language: not part of the corpus
             rel = os.path.relpath(path, root).replace(os.sep, "/")
+            if lang is None:  # not a source file of a known language: counted, never read
+                yield Document(f"{base}/{rel}", None, skip="unknown_extension")
+                continue
             yield Document(f"{base}/{rel}", lang, file_path=path)
 
 
