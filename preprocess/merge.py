@@ -67,6 +67,8 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
     seen = set()
     index = NearDupIndex(near_dup_threshold) if near_dup_threshold is not None else None
     index_keys: List[str] = []
+    index_locs: List[tuple] = []  # (shard, group, first item, segments) of each indexed file
+    shingles = _StoredShingles(out_dir, num_shards)
     near_removed: Counter = Counter()
     pairs, removed_entries = [], []
     kept = []  # [lang, split, shard, group, first item, nseg, ntok, key]
@@ -89,7 +91,8 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
                     continue
                 seen.add(digest)
                 if index is not None:
-                    match = index.add(sigs[j])
+                    loc = (i, group, first, nseg)
+                    match = index.add(sigs[j], lambda c: shingles.similarity(index_locs[c], loc))
                     if match is not None:
                         _uncount_removed(stats[lang], nseg, ntok, "near_duplicate")
                         near_removed[lang] += 1
@@ -100,6 +103,7 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
                                                     duplicate_of=pair["kept"], similarity=pair["similarity"]))
                         continue
                     index_keys.append(keys[j])
+                    index_locs.append(loc)
                 kept.append([lang, split, i, group, first, nseg, ntok, keys[j]])
     no_valid = _ensure_valid_files(kept, valid_ratio) if valid_ratio > 0 else []
     _write_groups(out_dir, num_shards, kept, stats)
@@ -109,6 +113,36 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
             "near_duplicates": summary(dict(near_removed), pairs, near_dup_threshold)
             if index is not None else None}
     return stats, info
+
+
+class _StoredShingles:
+    """Shingle sets of files from their stored token items (the </s> of each segment dropped),
+    for the exact check of near-duplicate candidates."""
+
+    def __init__(self, out_dir: str, num_shards: int):
+        self.out_dir, self.num_shards = out_dir, num_shards
+        self.readers: Dict[tuple, IndexedReader] = {}
+        self.cache: Dict[tuple, np.ndarray] = {}
+
+    def shingles(self, loc) -> np.ndarray:
+        from .near_dup import shingle_ids
+
+        if loc not in self.cache:
+            i, group, first, nseg = loc
+            if (i, group) not in self.readers:
+                self.readers[(i, group)] = IndexedReader(os.path.join(shard_dir(self.out_dir, i, self.num_shards), group))
+            toks = self.readers[(i, group)]
+            ids = np.concatenate([np.asarray(toks[j][:-1], dtype=np.int64) for j in range(first, first + nseg)]
+                                 or [np.zeros(0, np.int64)])
+            if len(self.cache) > 4096:
+                self.cache.clear()
+            self.cache[loc] = shingle_ids(ids)
+        return self.cache[loc]
+
+    def similarity(self, a, b) -> float:
+        from .near_dup import exact_jaccard
+
+        return exact_jaccard(self.shingles(a), self.shingles(b))
 
 
 def _ensure_valid_files(kept: list, valid_ratio: float) -> List[str]:

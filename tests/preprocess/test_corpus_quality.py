@@ -90,8 +90,23 @@ def test_minhash_finds_near_copies_and_only_them():
     assert estimated_jaccard(sa, sn) > 0.8 > 0.1 > estimated_jaccard(sa, so)
     index = NearDupIndex(0.8)
     assert index.add(sa) is None and index.add(so) is None
+    assert index.add(sn, exact=lambda c: 0.79) is None  # the exact check overrules the estimate
     match = index.add(sn)
     assert match is not None and match[0] == 0 and match[1] >= 0.8
+    assert NearDupIndex(0.8).add(sa) is None
+    index = NearDupIndex(0.8)
+    index.add(sa)
+    for step in range(10, 80, 2):  # a copy estimated below the threshold, within the margin
+        almost = a.copy()
+        almost[::step] = 9
+        sal = minhash_signature(almost)
+        if 0.71 < estimated_jaccard(sa, sal) < 0.79:
+            break
+    assert 0.71 < estimated_jaccard(sa, sal) < 0.79
+    assert index.add(sal) is None  # found only by the exact check
+    index = NearDupIndex(0.8)
+    index.add(sa)
+    assert index.add(sal, exact=lambda c: 0.81) == (0, 0.81)
 
 
 def test_near_duplicates_removed_across_shards_and_reported(tmp_path, spm):
