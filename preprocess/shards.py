@@ -5,6 +5,9 @@ cluster job). Each shard is written to a temporary folder and renamed when compl
 skips complete shards, so a killed run finishes where it stopped and gives the same bytes as an
 uninterrupted one. Exact duplicates (same content hash) are dropped inside a shard while it runs
 and across shards when merging (the copy in the lowest shard, earliest in walk order, is kept).
+Each shard also stores the MinHash signature of every kept file (``<lang>/<split>.minhash.npy``,
+for near-duplicate removal at merge, see near_dup.py) and ``skipped.jsonl``, one line per skipped
+file and per kept file with parse errors (the ``--report``).
 """
 import itertools
 import json
@@ -44,10 +47,6 @@ def shard_documents(inputs, language, shard_id: int, num_shards: int, exclude_di
 def _init_worker(ctx_args) -> None:
     global _CTX
     _CTX = WorkerContext(*ctx_args)
-
-
-def _work(doc) -> FileResult:
-    return process_document(doc, _CTX)
 
 
 def _results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult]:
