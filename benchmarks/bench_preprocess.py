@@ -21,7 +21,7 @@ other). A removal is correct when it is a planted pair, or when the exact Jaccar
 the two files' shingle sets reaches the threshold (the standard library has its own near
 duplicates, e.g. the encodings/cp*.py tables).
 
-    python benchmarks/bench_preprocess.py --size 200MB --workers 2 --planted-rate 0.05
+    python benchmarks/bench_preprocess.py --size 200MB --workers 2 --planted-rate 0.05 --compare
 """
 import argparse
 import json
@@ -201,6 +201,13 @@ def at_size(args) -> None:
     cpu_shard = time.process_time() - c0 + _children_cpu() - w0  # main + every worker
     rss_main = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rss_worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    cpu_plain = None
+    if args.compare:  # the same shard run without near-dup signatures, side by side
+        plain_ctx = (spm, 256, PipelineOptions(near_dup_threshold=None), None)
+        c0, w0 = time.process_time(), _children_cpu()
+        run_shard([corpus], None, out + "_plain", 0, 1, plain_ctx, args.workers, "plain", progress=False)
+        cpu_plain = time.process_time() - c0 + _children_cpu() - w0
+        shutil.rmtree(out + "_plain", ignore_errors=True)
     report = os.path.join(work, "report.jsonl")
     t0 = time.process_time()
     merge_shards(out, 1, "bench", near_dup_threshold=None)  # the same merge, without near-dup
@@ -231,6 +238,10 @@ def at_size(args) -> None:
     print(f"floor (parse + encode, sample of {sample_mb:.1f} MB)   {floor:8.2f} MB per CPU-second")
     print(f"shard run, {args.workers} workers: {seen_mb / t_shard:.2f} MB/s wall; {per_worker:.2f} MB per "
           f"CPU-second of main + workers = {per_worker / floor:.2f} x floor (target >= 0.60)")
+    if cpu_plain is not None:
+        print(f"shard run without near-dup: {seen_mb / cpu_plain:.2f} MB per CPU-second = "
+              f"{seen_mb / cpu_plain / floor:.2f} x floor; near-dup share measured side by side: "
+              f"{(cpu_shard + t_merge_nd - cpu_plain - t_merge_plain) / (cpu_shard + t_merge_nd) * 100:.1f}%")
     print(f"merge: {t_merge_nd:.1f} CPU-s with near-dup removal, {t_merge_plain:.1f} CPU-s without")
     print(f"near-dup share of pipeline time: {t_dedup / (cpu_shard + t_merge_nd) * 100:.1f}% "
           f"(signatures {t_sig * (mb / sample_mb):.1f} CPU-s of {cpu_shard:.1f}, LSH {max(0.0, t_merge_nd - t_merge_plain):.1f}s; "
@@ -255,6 +266,8 @@ def main(argv=None):
     ap.add_argument("--planted-rate", type=float, default=0.05,
                     help="share of files that get a planted near copy (0.05)")
     ap.add_argument("--workdir", help="keep the generated corpus and outputs here")
+    ap.add_argument("--compare", action="store_true",
+                    help="also run the shard without near-dup removal, side by side")
     ap.add_argument("--max-mb", type=float, default=30.0,
                     help="MB of source code to use (30: about the whole standard library); small "
                          "runs understate scaling, since worker start-up and the last chunk weigh more")

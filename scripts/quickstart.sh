@@ -6,6 +6,7 @@
 #
 #   bash scripts/quickstart.sh                      # outputs in data/default, checkpoints/tiny
 #   DATA=/tmp/d CKPT=/tmp/c UPDATES=500 bash scripts/quickstart.sh
+#   TEMPERATURE=1 bash scripts/quickstart.sh        # languages by their share of tokens (3: flatter)
 # Re-running skips what is complete (preprocessing) and resumes training from its checkpoint.
 set -euo pipefail
 cd "$(dirname "$0")/.."
