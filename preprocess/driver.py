@@ -7,10 +7,11 @@ import shutil
 import sys
 import sysconfig
 import time
+from collections import Counter
 from dataclasses import asdict
 
-from .decontamination import Decontaminator, load_benchmark_texts
-from .inputs import ReadLimits, iter_documents, read_document, stable_hash
+from .decontamination import Decontaminator, load_benchmarks, resolve_benchmark
+from .inputs import ReadLimits, iter_documents, read_document
 from .merge import merge_shards, missing_shards, package_version, remove_shards, write_outputs
 from .shards import run_shard
 from .tokenizer import (Tokenizer, TokenizerError, load_tokenizer, sample_documents, train_sentencepiece,
@@ -68,8 +69,8 @@ def train_tokenizer(args) -> Tokenizer:
                              "(check the paths, --language and the skip limits)")
     nbytes = sum(d.num_bytes for d in sample)
     logger.info("training sentencepiece (vocab %d, %d sentinels) on a sample of %d documents, "
-                "%.1f MB (budget %.0f MB, seed %d)%s", args.vocab_size, args.num_sentinels,
-                len(sample), nbytes / 1e6, args.spm_sample_mb, SPM_SAMPLE_SEED,
+                "%s (budget %.0f MB, seed %d)%s", args.vocab_size, args.num_sentinels,
+                len(sample), human_size(nbytes), args.spm_sample_mb, SPM_SAMPLE_SEED,
                 "; unreadable while sampling: " + ", ".join(f"{k}={v}" for k, v in sorted(skipped.items()))
                 if skipped else "")
     texts = [d.text for d in sample]
@@ -101,9 +102,26 @@ def prepare_tokenizer(args) -> Tokenizer:
     return train_tokenizer(args)
 
 
+def human_size(num_bytes: float) -> str:
+    """``532 B``, ``12.3 KB``, ``64.0 MB``, ``1.20 GB``: what the logs print."""
+    for unit, scale in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
+        if num_bytes >= scale:
+            return f"{num_bytes / scale:.{2 if unit == 'GB' else 1}f} {unit}"
+    return f"{int(num_bytes)} B"
+
+
+def _benchmark_digests(specs):
+    out = []
+    for spec in specs:
+        name, path = resolve_benchmark(spec)
+        with open(path, "rb") as f:
+            out.append([name, hashlib.sha256(f.read()).hexdigest()])
+    return out
+
+
 def fingerprint(args, tok: Tokenizer, options) -> str:
     inputs, excludes = resolve_inputs(args)
-    bench = [hashlib.sha256(open(f, "rb").read()).hexdigest() for f in args.exclude_benchmark]
+    bench = _benchmark_digests(args.exclude_benchmark)
     state = dict(inputs=[os.path.abspath(i) for i in inputs], excludes=list(excludes),
                  columns=_jsonable_columns(args),
                  language=args.language, num_shards=args.num_shards, options=_jsonable(options),
@@ -130,22 +148,76 @@ def _clear_output(out: str) -> None:
     shutil.rmtree(out, ignore_errors=True)
 
 
+def request_fingerprint(args) -> str:
+    """Hash of what a ``run`` was asked for (inputs, options, tokenizer flags), known before any
+    work: a finished output directory refuses a rerun that asks for something else."""
+    from .cli import options_from_args
+
+    inputs, excludes = resolve_inputs(args)
+    spm = None
+    if args.spm_model and os.path.exists(args.spm_model):
+        with open(args.spm_model, "rb") as f:
+            spm = hashlib.sha256(f.read()).hexdigest()
+    state = dict(inputs=[os.path.abspath(i) for i in inputs], excludes=list(excludes),
+                 language=args.language, num_shards=args.num_shards,
+                 options=_jsonable(options_from_args(args)), dedup=not args.no_dedup,
+                 benchmarks=_benchmark_digests(args.exclude_benchmark), spm_model=spm,
+                 vocab_size=args.vocab_size, num_sentinels=args.num_sentinels,
+                 spm_sample_mb=args.spm_sample_mb, spm_threads=args.spm_threads)
+    return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
+
+
+def _finished_output(args, manifest_path: str) -> bool:
+    """True if ``args.output`` is finished with the same request; refuses if it differs."""
+    if not os.path.exists(manifest_path) or args.shard_id is not None:
+        return False
+    with open(manifest_path, encoding="utf-8") as f:
+        manifest = json.load(f)
+    done = manifest.get("request_fingerprint")
+    if done is not None and done != request_fingerprint(args):
+        raise RuntimeError(f"{args.output} is finished with other inputs or options; use "
+                           "another --output or --overwrite")
+    logger.info("%s is complete already (use --overwrite to redo it)", args.output)
+    print_summary(manifest)
+    return True
+
+
 def run(args) -> None:
+    """``run``, removing the output directory again if this run created it and failed."""
+    created = not os.path.exists(args.output) or (args.overwrite and args.shard_id is None)
+    try:
+        _run(args)
+    except Exception:
+        if created and args.shard_id is None and not _has_kept_work(args.output):
+            shutil.rmtree(args.output, ignore_errors=True)
+        raise
+
+
+def _has_kept_work(out: str) -> bool:
+    """Whether a complete shard of ``out`` kept a file (work that a rerun would resume)."""
+    root = os.path.join(out, "shards")
+    for name in sorted(os.listdir(root)) if os.path.isdir(root) else ():
+        meta = os.path.join(root, name, "shard.json")
+        if os.path.exists(meta):
+            with open(meta, encoding="utf-8") as f:
+                if any(s.get("files_kept", 0) for s in json.load(f)["stats"].values()):
+                    return True
+    return False
+
+
+def _run(args) -> None:
     from .cli import options_from_args
 
     if args.overwrite:
         _clear_output(args.output)
     manifest_path = os.path.join(args.output, "manifest.json")
-    if os.path.exists(manifest_path) and args.shard_id is None:
-        logger.info("%s is complete already (use --overwrite to redo it)", args.output)
-        with open(manifest_path, encoding="utf-8") as f:
-            print_summary(json.load(f))
+    if _finished_output(args, manifest_path):
         return
     options = options_from_args(args)
     tok = prepare_tokenizer(args)
     fp = fingerprint(args, tok, options)
     inputs, excludes = resolve_inputs(args)
-    decon = Decontaminator(load_benchmark_texts(args.exclude_benchmark)) if args.exclude_benchmark else None
+    decon = Decontaminator(load_benchmarks(args.exclude_benchmark)) if args.exclude_benchmark else None
     ctx_args = (os.path.join(args.output, "spm.model"), tok.num_sentinels, options, decon)
     shard_ids = [args.shard_id] if args.shard_id is not None else range(args.num_shards)
     t0 = time.time()
@@ -171,13 +243,47 @@ def merge(args) -> None:
 
 
 def _merge(args, tok, options, fp) -> None:
-    stats = merge_shards(args.output, args.num_shards, fp, dedup=not args.no_dedup)
+    stats, info = merge_shards(args.output, args.num_shards, fp, dedup=not args.no_dedup,
+                               near_dup_threshold=options.near_dup_threshold,
+                               valid_ratio=options.valid_ratio, report_path=getattr(args, "report", None))
+    _check_usable(stats)
     opts = dict(_jsonable(options), num_shards=args.num_shards, dedup=not args.no_dedup,
-                language=args.language, exclude_benchmark=[os.path.basename(f) for f in args.exclude_benchmark])
-    manifest = write_outputs(args.output, stats, opts, tok)
+                language=args.language,
+                exclude_benchmark=[resolve_benchmark(b)[0] for b in args.exclude_benchmark])
+    manifest = write_outputs(args.output, stats, opts, tok, extra=_manifest_extra(args, stats, info))
     if not args.keep_shards:
         remove_shards(args.output)
     print_summary(manifest)
+    if getattr(args, "report", None):
+        logger.info("skip report: %s", args.report)
+
+
+def _check_usable(stats) -> None:
+    """No kept file at all is a failed run (one line, non-zero exit), not an empty dataset."""
+    if any(s.get("files_kept", 0) > 0 for s in stats.values()):
+        return
+    seen = sum(s.get("files_seen", 0) for s in stats.values())
+    reasons = sum((Counter({k[8:]: v for k, v in s.items() if k.startswith("skipped_") and v})
+                   for s in stats.values()), Counter())
+    why = ", ".join(f"{k}={v}" for k, v in sorted(reasons.items())) or "no source files found"
+    raise RuntimeError(f"no usable input: {seen} file(s) seen, none kept ({why}); "
+                       "-v or --report FILE lists them")
+
+
+def _manifest_extra(args, stats, info) -> dict:
+    """Manifest entries of near-duplicate removal, decontamination and the parse-error policy."""
+    from .parsing import DEFAULT_MAX_ERROR_RATIO, FALLBACK_MAX_ERROR_RATIO
+
+    benchmarks = {}
+    for spec in args.exclude_benchmark:
+        name = resolve_benchmark(spec)[0]
+        benchmarks[name] = sum(s.get("decontaminated_by_" + name, 0) for s in stats.values())
+    thresholds = {l: (args.max_error_ratio if args.max_error_ratio is not None
+                      else DEFAULT_MAX_ERROR_RATIO.get(l, FALLBACK_MAX_ERROR_RATIO))
+                  for l in sorted(stats) if l not in ("text", "unknown")}
+    return {"request_fingerprint": request_fingerprint(args), "near_duplicates": info["near_duplicates"],
+            "decontamination": benchmarks, "max_error_ratio": thresholds,
+            "no_valid_split": info["no_valid_split"]}
 
 
 def print_summary(manifest: dict, file=None) -> None:

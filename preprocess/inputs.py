@@ -9,7 +9,6 @@ are ever opened, non-blocking: named pipes, devices and sockets are skipped (``s
 dangling symlinks and symlink loops are ``unreadable``.
 """
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, Union
@@ -21,7 +20,8 @@ from .readers import (Columns, is_arrow_dataset, is_record_file, iter_arrow_data
 # Skip reasons, in the order the summary table lists them.
 SKIP_REASONS = ("unreadable", "special_file", "corrupt_stream", "binary", "invalid_utf8", "empty",
                 "too_large", "long_lines", "bad_jsonl_record", "bad_record", "unknown_language",
-                "unrepresentable", "parse_errors", "duplicate", "decontaminated")
+                "unknown_extension", "unrepresentable", "parse_errors", "duplicate", "near_duplicate",
+                "decontaminated")
 
 
 @dataclass
@@ -101,8 +101,12 @@ def _walk(root: str, language: Optional[str], exclude):
             if is_record_file(name):
                 yield "records", path, None
                 continue
+            if name == "dataset_dict.json" and datasets:  # a saved DatasetDict's own metadata
+                continue
             lang = language or language_from_path(name)
-            if lang is not None:  # else not a source file of a known language: not in the corpus
+            if lang is None:  # not a source file of a known language: counted, never read
+                yield "unknown", path, None
+            else:
                 yield "file", path, lang
         for d in datasets:
             yield "arrow", os.path.join(dirpath, d), None
@@ -115,6 +119,9 @@ def _iter_directory(root: str, language: Optional[str], exclude, columns: Column
             yield from iter_record_file(path, language, columns)
         elif kind == "arrow":
             yield from iter_arrow_dataset(path, language, columns)
+        elif kind == "unknown":
+            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            yield Document(f"{base}/{rel}", None, skip="unknown_extension", origin=path)
         else:
             rel = os.path.relpath(path, root).replace(os.sep, "/")
             size, skip = regular_file_size(path)  # dangling/looping symlink, FIFO, device: skipped

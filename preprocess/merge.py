@@ -4,12 +4,15 @@ import logging
 import os
 import shutil
 from collections import Counter, defaultdict
-from typing import Dict
+from typing import Dict, List, Optional
+
+import numpy as np
 
 from .formats import AST_DTYPE, IndexedReader, IndexedWriter
 from .languages import TEXT, grammar_version, load_grammar
 from .parsing import node_type_named, node_type_names
-from .shards import shard_dir
+from .inputs import stable_hash
+from .shards import shard_dir, signature_path
 
 logger = logging.getLogger(__name__)
 
@@ -25,8 +28,25 @@ def missing_shards(out_dir: str, num_shards: int):
             if not os.path.exists(os.path.join(shard_dir(out_dir, i, num_shards), "shard.json"))]
 
 
-def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = True) -> dict:
-    """Concatenate shards in order into ``out_dir/<lang>/<split>``; returns the language stats."""
+MIN_FILES_FOR_VALID = 3  # a language with at least this many files always gets a valid file
+
+
+def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = True,
+                 near_dup_threshold: Optional[float] = None, valid_ratio: float = 0.0,
+                 report_path: Optional[str] = None):
+    """Concatenate shards in order into ``out_dir/<lang>/<split>``.
+
+    Files are visited in one fixed order (group ``lang/split``, shard, file order in the shard);
+    a later exact copy (``dedup``) or near duplicate (``near_dup_threshold``, see near_dup.py)
+    of an earlier file is removed. A language with at least MIN_FILES_FOR_VALID files and no
+    valid file gets one (the train file of smallest key hash) when ``valid_ratio > 0``.
+
+    Returns:
+        ``(stats, info)``: per-language Counters and a dict with ``near_duplicates`` (the
+        manifest entry) and ``no_valid_split`` (languages too small for a validation file).
+    """
+    from .near_dup import NearDupIndex, summary
+
     missing = missing_shards(out_dir, num_shards)
     if missing:
         raise MergeError(f"cannot merge: {len(missing)} of {num_shards} shards are not complete "
@@ -38,56 +58,178 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
         if meta["fingerprint"] != fingerprint:
             raise MergeError(f"shard {i} was made with other options or inputs")
         shards.append(meta)
+    remove_stale_tmp_shards(out_dir)
     stats: Dict[str, Counter] = defaultdict(Counter)
     for meta in shards:
         for lang, s in meta["stats"].items():
             stats[lang].update(s)
     groups = sorted({g for meta in shards for g in meta["files"]})
     seen = set()
+    index = NearDupIndex(near_dup_threshold) if near_dup_threshold is not None else None
+    index_keys: List[str] = []
+    index_locs: List[tuple] = []  # (shard, group, first item, segments) of each indexed file
+    shingles = _StoredShingles(out_dir, num_shards)
+    near_removed: Counter = Counter()
+    pairs, removed_entries = [], []
+    kept = []  # [lang, split, shard, group, first item, nseg, ntok, key]
     for group in groups:
         lang, split = group.split("/")
-        _merge_group(out_dir, num_shards, shards, group, seen if dedup else None, stats[lang], split)
-    return stats
+        for i, meta in enumerate(shards):
+            files = meta["files"].get(group)
+            if not files:
+                continue
+            keys = meta.get("keys", {}).get(group) or [d for d, _, _ in files]
+            sigs = None
+            if index is not None:
+                sigs = np.load(signature_path(shard_dir(out_dir, i, num_shards), group))
+            item = 0
+            for j, (digest, nseg, ntok) in enumerate(files):
+                first, item = item, item + nseg
+                if dedup and digest in seen:
+                    _uncount_removed(stats[lang], nseg, ntok, "duplicate")
+                    removed_entries.append(_removed_entry(keys[j], lang, "duplicate"))
+                    continue
+                seen.add(digest)
+                if index is not None:
+                    loc = (i, group, first, nseg)
+                    match = index.add(sigs[j], lambda c: shingles.similarity(index_locs[c], loc))
+                    if match is not None:
+                        _uncount_removed(stats[lang], nseg, ntok, "near_duplicate")
+                        near_removed[lang] += 1
+                        pair = {"removed": keys[j], "kept": index_keys[match[0]],
+                                "similarity": round(match[1], 4), "language": lang}
+                        pairs.append(pair)
+                        removed_entries.append(dict(_removed_entry(keys[j], lang, "near_duplicate"),
+                                                    duplicate_of=pair["kept"], similarity=pair["similarity"]))
+                        continue
+                    index_keys.append(keys[j])
+                    index_locs.append(loc)
+                kept.append([lang, split, i, group, first, nseg, ntok, keys[j]])
+    no_valid = _ensure_valid_files(kept, valid_ratio) if valid_ratio > 0 else []
+    _write_groups(out_dir, num_shards, kept, stats)
+    if report_path:
+        _write_report(out_dir, num_shards, report_path, removed_entries)
+    info = {"no_valid_split": no_valid,
+            "near_duplicates": summary(dict(near_removed), pairs, near_dup_threshold)
+            if index is not None else None}
+    return stats, info
 
 
-def _merge_group(out_dir, num_shards, shards, group, seen, stats: Counter, split: str) -> None:
-    lang = group.split("/")[0]
-    os.makedirs(os.path.join(out_dir, lang), exist_ok=True)
-    prefix = os.path.join(out_dir, group)
-    tok_w = ast_w = None
-    for i, meta in enumerate(shards):
-        files = meta["files"].get(group)
-        if not files:
+class _StoredShingles:
+    """Shingle sets of files from their stored token items (the </s> of each segment dropped),
+    for the exact check of near-duplicate candidates."""
+
+    def __init__(self, out_dir: str, num_shards: int):
+        self.out_dir, self.num_shards = out_dir, num_shards
+        self.readers: Dict[tuple, IndexedReader] = {}
+        self.cache: Dict[tuple, np.ndarray] = {}
+
+    def shingles(self, loc) -> np.ndarray:
+        from .near_dup import shingle_ids
+
+        if loc not in self.cache:
+            i, group, first, nseg = loc
+            if (i, group) not in self.readers:
+                self.readers[(i, group)] = IndexedReader(os.path.join(shard_dir(self.out_dir, i, self.num_shards), group))
+            toks = self.readers[(i, group)]
+            ids = np.concatenate([np.asarray(toks[j][:-1], dtype=np.int64) for j in range(first, first + nseg)]
+                                 or [np.zeros(0, np.int64)])
+            if len(self.cache) > 4096:
+                self.cache.clear()
+            self.cache[loc] = shingle_ids(ids)
+        return self.cache[loc]
+
+    def similarity(self, a, b) -> float:
+        from .near_dup import exact_jaccard
+
+        return exact_jaccard(self.shingles(a), self.shingles(b))
+
+
+def _ensure_valid_files(kept: list, valid_ratio: float) -> List[str]:
+    """Move one train file to valid for each language with enough files and no valid file."""
+    by_lang: Dict[str, list] = defaultdict(list)
+    for entry in kept:
+        by_lang[entry[0]].append(entry)
+    too_small = []
+    for lang, entries in sorted(by_lang.items()):
+        if any(e[1] == "valid" for e in entries):
             continue
-        src = os.path.join(shard_dir(out_dir, i, num_shards), group)
-        toks, asts = IndexedReader(src), IndexedReader(src + ".ast")
-        if tok_w is None:
-            tok_w, ast_w = IndexedWriter(prefix, toks.dtype), IndexedWriter(prefix + ".ast", AST_DTYPE)
-        item = 0
-        for digest, nseg, ntok in files:
-            if seen is not None and digest in seen:
-                _uncount_duplicate(stats, nseg, ntok)
-            else:
-                if seen is not None:
-                    seen.add(digest)
-                for j in range(item, item + nseg):
-                    tok_w.add(toks[j])
-                    ast_w.add(asts[j])
-                stats[f"{split}_files"] += 1
-                stats[f"{split}_segments"] += nseg
-                stats[f"{split}_tokens"] += ntok
-            item += nseg
-    if tok_w is not None:
-        tok_w.close()
-        ast_w.close()
+        train = [e for e in entries if e[1] == "train"]
+        if len(entries) < MIN_FILES_FOR_VALID or len(train) < 2:
+            too_small.append(lang)
+            logger.warning("%s has %d file(s): too few for a validation file, so there is no "
+                           "valid_%s subset", lang, len(entries), lang)
+            continue
+        chosen = min(train, key=lambda e: (stable_hash("valid:" + e[7]), e[7]))
+        chosen[1] = "valid"
+        logger.info("%s had no validation file by hash: moved %s from train to valid", lang, chosen[7])
+    return too_small
 
 
-def _uncount_duplicate(stats: Counter, nseg: int, ntok: int) -> None:
-    """A file kept by its shard turned out to duplicate a file of an earlier shard."""
+def _write_groups(out_dir: str, num_shards: int, kept: list, stats: Dict[str, Counter]) -> None:
+    """Copy the kept files' items, destination group by destination group."""
+    readers = {}
+    dest_groups = sorted({(e[0], e[1]) for e in kept})
+    for lang, split in dest_groups:
+        os.makedirs(os.path.join(out_dir, lang), exist_ok=True)
+        prefix = os.path.join(out_dir, lang, split)
+        tok_w = ast_w = None
+        for e in kept:
+            if (e[0], e[1]) != (lang, split):
+                continue
+            _, _, i, group, first, nseg, ntok, _ = e
+            if (i, group) not in readers:
+                src = os.path.join(shard_dir(out_dir, i, num_shards), group)
+                readers[(i, group)] = (IndexedReader(src), IndexedReader(src + ".ast"))
+            toks, asts = readers[(i, group)]
+            if tok_w is None:
+                tok_w, ast_w = IndexedWriter(prefix, toks.dtype), IndexedWriter(prefix + ".ast", AST_DTYPE)
+            for j in range(first, first + nseg):
+                tok_w.add(toks[j])
+                ast_w.add(asts[j])
+            stats[lang][f"{split}_files"] += 1
+            stats[lang][f"{split}_segments"] += nseg
+            stats[lang][f"{split}_tokens"] += ntok
+        if tok_w is not None:
+            tok_w.close()
+            ast_w.close()
+
+
+def _removed_entry(key: str, lang: str, reason: str) -> dict:
+    return {"path": key, "language": lang, "reason": reason, "skipped": True, "error_ratio": None}
+
+
+def _write_report(out_dir: str, num_shards: int, path: str, merge_entries: list) -> None:
+    """``--report``: every skipped file of every shard, then the files removed at merge."""
+    from .shards import SKIPPED_FILE
+
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as out:
+        for i in range(num_shards):
+            src = os.path.join(shard_dir(out_dir, i, num_shards), SKIPPED_FILE)
+            if os.path.exists(src):
+                with open(src, encoding="utf-8") as f:
+                    shutil.copyfileobj(f, out)
+        for entry in merge_entries:
+            out.write(json.dumps(entry, sort_keys=True) + "\n")
+    os.replace(tmp, path)
+
+
+def _uncount_removed(stats: Counter, nseg: int, ntok: int, reason: str) -> None:
+    """A file kept by its shard turned out to duplicate an earlier file (exactly or nearly)."""
     stats["files_kept"] -= 1
-    stats["skipped_duplicate"] += 1
+    stats["skipped_" + reason] += 1
     stats["segments"] -= nseg
     stats["tokens"] -= ntok
+
+
+def remove_stale_tmp_shards(out_dir: str) -> None:
+    """Temporary folders of shard runs that were killed (``shard-*.tmp-PID``)."""
+    root = os.path.join(out_dir, "shards")
+    if os.path.isdir(root):
+        for name in os.listdir(root):
+            if ".tmp-" in name:
+                shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def write_node_types(out_dir: str, lang: str) -> int:
@@ -107,7 +249,8 @@ def write_node_types(out_dir: str, lang: str) -> int:
     return len(names)
 
 
-def write_outputs(out_dir: str, stats: Dict[str, Counter], options: dict, tokenizer) -> dict:
+def write_outputs(out_dir: str, stats: Dict[str, Counter], options: dict, tokenizer,
+                  extra: Optional[dict] = None) -> dict:
     """node_types.txt, data_weights.json and, last, manifest.json (the completion marker)."""
     languages = sorted(l for l, s in stats.items() if s.get("train_tokens", 0) + s.get("valid_tokens", 0)
                        + s.get("test_tokens", 0) > 0)
@@ -128,6 +271,7 @@ def write_outputs(out_dir: str, stats: Dict[str, Counter], options: dict, tokeni
         "languages": {l: dict(sorted(stats[l].items())) for l in sorted(stats)},
         "totals": dict(sorted(sum(stats.values(), Counter()).items())),
     }
+    manifest.update(extra or {})
     atomic_write_text(os.path.join(out_dir, "manifest.json"), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
     return manifest
 

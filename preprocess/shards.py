@@ -5,16 +5,19 @@ cluster job). Each shard is written to a temporary folder and renamed when compl
 skips complete shards, so a killed run finishes where it stopped and gives the same bytes as an
 uninterrupted one. Exact duplicates (same content hash) are dropped inside a shard while it runs
 and across shards when merging (the copy in the lowest shard, earliest in walk order, is kept).
+Each shard also stores the MinHash signature of every kept file (``<lang>/<split>.minhash.npy``,
+for near-duplicate removal at merge, see near_dup.py) and ``skipped.jsonl``, one line per skipped
+file and per kept file with parse errors (the ``--report``).
 """
 import glob
+import itertools
 import json
 import logging
 import multiprocessing as mp
 import os
 import shutil
 import signal
-import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from typing import Dict, Iterable, List, Optional
 
 from .formats import AST_DTYPE, IndexedWriter, token_dtype
@@ -26,6 +29,10 @@ logger = logging.getLogger(__name__)
 SPLITS = ("train", "valid", "test")
 _CTX: Optional[WorkerContext] = None  # one per worker process, set by the pool initializer
 IMAP_CHUNKSIZE = 32  # documents per task sent to a worker: fewer round trips through the pipes
+MAX_POOL_RESTARTS = 3  # a lost worker (OOM killer, kill -9) reruns the batches in flight
+SKIPPED_FILE = "skipped.jsonl"  # per shard: every skipped file, and kept files with parse errors
+ERROR_RATIO_BINS = ((0.0, "0"), (0.01, "le_0.01"), (0.05, "le_0.05"), (0.2, "le_0.2"),
+                    (0.5, "le_0.5"), (1.0, "le_1"))
 
 
 def shard_dir(out_dir: str, shard_id: int, num_shards: int) -> str:
@@ -53,10 +60,6 @@ def _init_worker(ctx_args) -> None:
     _CTX = WorkerContext(*ctx_args)
 
 
-def _work(doc) -> FileResult:
-    return process_document(doc, _CTX)
-
-
 def _results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult]:
     """Results in document order, from a process pool when workers > 1."""
     if workers <= 1:
@@ -64,9 +67,63 @@ def _results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult]:
         for doc in docs:
             yield process_document(doc, ctx)
         return
-    with mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(
-            workers, initializer=_init_worker, initargs=(ctx_args,)) as pool:
-        yield from pool.imap(_work, docs, chunksize=IMAP_CHUNKSIZE)
+    yield from _pool_results(docs, ctx_args, workers)
+
+
+def _work_batch(batch) -> List[FileResult]:
+    return [process_document(doc, _CTX) for doc in batch]
+
+
+def _pool_results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult]:
+    """Batches of documents through a process pool, results in order, a bounded window in flight.
+
+    When a worker dies (the OOM killer, kill -9), ``multiprocessing.Pool`` waits forever for its
+    task; ``ProcessPoolExecutor`` reports it instead (``BrokenProcessPool``). The batches in
+    flight then run again on a new pool, up to MAX_POOL_RESTARTS times, after which the run stops
+    with one line. The output is the same as without the loss, since results keep their order.
+    """
+    from concurrent.futures import ProcessPoolExecutor
+    from concurrent.futures.process import BrokenProcessPool
+
+    mp_ctx = mp.get_context("fork" if hasattr(os, "fork") else "spawn")
+
+    def new_pool():
+        return ProcessPoolExecutor(workers, mp_context=mp_ctx, initializer=_init_worker,
+                                   initargs=(ctx_args,))
+
+    it = iter(docs)
+    window = 4 * workers
+    pending: deque = deque()  # [batch, future]
+    restarts = 0
+    pool = new_pool()
+    try:
+        while True:
+            while len(pending) < window:
+                batch = list(itertools.islice(it, IMAP_CHUNKSIZE))
+                if not batch:
+                    break
+                pending.append([batch, pool.submit(_work_batch, batch)])
+            if not pending:
+                return
+            try:
+                results = pending[0][1].result()
+            except BrokenProcessPool:
+                restarts += 1
+                pool.shutdown(wait=True, cancel_futures=True)
+                if restarts > MAX_POOL_RESTARTS:
+                    raise RuntimeError(
+                        f"a worker process died {restarts} times (killed, or out of memory: see "
+                        "dmesg); lower --workers or --max-file-bytes and rerun") from None
+                logger.warning("a worker process died; rerunning its %d batch(es) on a new pool "
+                               "(%d/%d)", len(pending), restarts, MAX_POOL_RESTARTS)
+                pool = new_pool()
+                for item in pending:
+                    item[1] = pool.submit(_work_batch, item[0])
+                continue
+            pending.popleft()
+            yield from results
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
 
 
 class ShardWriter:
@@ -76,6 +133,8 @@ class ShardWriter:
         self.root, self.dtype = root, token_dtype(vocab_size)
         self.writers: Dict[tuple, tuple] = {}
         self.files: Dict[str, List[list]] = defaultdict(list)  # "lang/split" -> [hash, segs, toks]
+        self.keys: Dict[str, List[str]] = defaultdict(list)  # "lang/split" -> document keys
+        self.signatures: Dict[str, list] = defaultdict(list)  # "lang/split" -> MinHash signatures
 
     def add(self, res: FileResult, eos: int) -> None:
         key = (res.language, res.split)
@@ -88,12 +147,40 @@ class ShardWriter:
             tok_w.add(_with_eos(toks, eos))
             ast_w.add(rows.reshape(-1))
         ntok = sum(len(t) + 1 for t in res.tokens)
-        self.files[f"{res.language}/{res.split}"].append([res.content_hash.hex(), len(res.tokens), ntok])
+        group = f"{res.language}/{res.split}"
+        self.files[group].append([res.content_hash.hex(), len(res.tokens), ntok])
+        self.keys[group].append(res.key)
+        if res.minhash is not None:
+            self.signatures[group].append(res.minhash)
 
     def close(self) -> None:
         for tok_w, ast_w in self.writers.values():
             tok_w.close()
             ast_w.close()
+        write_signatures(self.root, self.signatures, self.files)
+
+
+def signature_path(root: str, group: str) -> str:
+    return os.path.join(root, group + ".minhash.npy")
+
+
+def write_signatures(root: str, signatures: Dict[str, list], files: Dict[str, list]) -> None:
+    """``<lang>/<split>.minhash.npy``: (files, num_perm) uint32, one row per file of the group."""
+    import numpy as np
+
+    for group, sigs in signatures.items():
+        if len(sigs) != len(files[group]):
+            raise RuntimeError(f"{group}: {len(sigs)} signatures for {len(files[group])} files")
+        np.save(signature_path(root, group), np.stack(sigs).astype(np.uint32))
+
+
+def report_entry(res: FileResult) -> dict:
+    """One line of the skip report (``--report``)."""
+    entry = {"path": res.key, "language": res.language, "reason": res.skip or "kept_with_parse_errors",
+             "skipped": bool(res.skip), "error_ratio": round(res.error_ratio, 4)}
+    if res.decontaminated_by:
+        entry["benchmark"] = res.decontaminated_by
+    return entry
 
 
 def _with_eos(toks, eos):
@@ -111,9 +198,14 @@ def new_stats() -> Counter:
 def record(stats: Dict[str, Counter], res: FileResult) -> None:
     s = stats[res.language or "unknown"]
     s["files_seen"] += 1
+    if res.skip == "parse_errors" or (not res.skip and res.num_nodes):
+        s["error_ratio_" + next(name for hi, name in ERROR_RATIO_BINS if res.error_ratio <= hi)] += 1
+    if res.decontaminated_by:
+        s["decontaminated_by_" + res.decontaminated_by] += 1
     if res.skip:
         s["skipped_" + res.skip] += 1
         return
+    s["ast_subtrees_cut_depth"] += res.ast_depth_cut
     s["files_kept"] += 1
     s["bytes"] += res.num_bytes
     s["tokens"] += sum(len(t) + 1 for t in res.tokens)
@@ -179,18 +271,24 @@ def _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, f
         total = input_bytes(inputs, language, exclude_dirs) if progress else 0
     bar = Progress(f"shard {shard_id + 1}/{num_shards}", total, counter, enabled=progress,
                    log_interval=log_interval)
+    report = open(os.path.join(tmp, SKIPPED_FILE), "w", encoding="utf-8")
     for res in _results(docs, ctx_args, workers):
         if not res.skip and res.content_hash in seen:
-            res = FileResult(res.language, skip="duplicate")
+            res = FileResult(res.language, skip="duplicate", key=res.key)
+        if res.skip or res.error_ratio > 0:
+            report.write(json.dumps(report_entry(res), sort_keys=True) + "\n")
+            if res.skip:
+                logger.debug("skipped %s (%s): %s", res.key, res.language, res.skip)
         if not res.skip:
             seen.add(res.content_hash)
             writer.add(res, eos=2)
         record(stats, res)
         bar.update(not res.skip, res.num_bytes if not res.skip else 0)
     bar.close()
+    report.close()
     writer.close()
     out = {"fingerprint": fingerprint, "stats": {k: dict(v) for k, v in sorted(stats.items())},
-           "files": dict(sorted(writer.files.items()))}
+           "files": dict(sorted(writer.files.items())), "keys": dict(sorted(writer.keys.items()))}
     with open(os.path.join(tmp, "shard.json"), "w", encoding="utf-8") as f:
         json.dump(out, f, sort_keys=True)
     return out

@@ -78,7 +78,7 @@ def train_sentencepiece(texts: Iterable[str], out_dir: str, vocab_size: int = DE
             num_threads=num_threads, seed_sentencepiece_size=seed_sentencepiece_size,
             **SPM_TRAIN_OPTIONS)
     except RuntimeError as e:  # e.g. "Vocabulary size too high" on a tiny corpus
-        raise TokenizerError(f"sentencepiece training failed: {str(e).strip().splitlines()[-1]}") from e
+        raise TokenizerError(explain_spm_error(str(e), vocab_size)) from e
     os.makedirs(out_dir, exist_ok=True)
     _atomic_write(os.path.join(out_dir, "spm.model"), model.getvalue())
     tok = Tokenizer(os.path.join(out_dir, "spm.model"), num_sentinels)
@@ -158,6 +158,29 @@ def sample_list_of(out_dir: str, spm_sha256: str) -> Optional[str]:
     except (OSError, ValueError):
         return None
     return SAMPLE_FILE if isinstance(head, dict) and head.get("spm_sha256") == spm_sha256 else None
+
+
+META_PIECES = len(SPECIALS) + 256  # specials + byte-fallback pieces, always in the vocabulary
+
+
+def min_vocab_size() -> int:
+    """The smallest ``--vocab-size`` worth training: the meta pieces plus at least one more."""
+    return META_PIECES + 1
+
+
+def explain_spm_error(message: str, vocab_size: int) -> str:
+    """One line in terms of our options for a sentencepiece training error."""
+    import re
+
+    last = message.strip().splitlines()[-1] if message.strip() else message
+    m = re.search(r"smaller than required_chars\. (\d+) vs (\d+)", last)
+    if m:
+        return (f"--vocab-size {vocab_size} is too small for this corpus: it needs at least "
+                f"{m.group(2)} ({len(SPECIALS)} specials + 256 byte pieces + the corpus's characters)")
+    if "Vocabulary size too high" in last:
+        return (f"--vocab-size {vocab_size} is too large for this small corpus: {last.split(':')[-1].strip()} "
+                "(lower --vocab-size or give more input)")
+    return f"sentencepiece training failed: {last}"
 
 
 class Tokenizer:

@@ -6,7 +6,7 @@ read through a seeded permutation that each epoch continues where the last one s
 large dataset is walked through slice by slice and a small one is repeated (spec section 3.1,
 without its under-sampling of the epoch). Everything derives from ``(seed, epoch)``.
 """
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -16,10 +16,17 @@ MIXTURE_STREAM_TAG = 0x6D6978  # "mix": keeps these permutations apart from othe
 
 
 class WeightedMixtureDataset(FairseqDataset):
+    """``language_ids[k]`` is the ``language`` label of dataset k's items (default: k); the task
+    passes each dataset's index in its full language list, so that a split missing a language
+    (or a single-language ``valid_<lang>``) still labels every item with its own language."""
+
     def __init__(self, datasets: Sequence[FairseqDataset], probs: Sequence[float], seed: int,
-                 epoch_size: int = 0):
+                 epoch_size: int = 0, language_ids: Optional[Sequence[int]] = None):
         if len(datasets) != len(probs) or not datasets:
             raise ValueError("need one probability per dataset")
+        if language_ids is not None and len(language_ids) != len(datasets):
+            raise ValueError("need one language id per dataset")
+        self.language_ids = list(language_ids) if language_ids is not None else list(range(len(datasets)))
         self.datasets, self.probs = list(datasets), np.asarray(probs, dtype=np.float64)
         self.seed = seed
         self.epoch_size = epoch_size or int(sum(len(d) for d in datasets))
@@ -52,7 +59,7 @@ class WeightedMixtureDataset(FairseqDataset):
     def __getitem__(self, i):
         k, j = self.index[i]
         item = self.datasets[k][int(j)]
-        item["language"] = int(k)
+        item["language"] = int(self.language_ids[k])
         item["id"] = i
         return item
 

@@ -121,7 +121,8 @@ class AstT5PretrainingTask(SharedVocabTask):
             ds = self._language_dataset(lang, base)
             if ds is None:
                 raise DataError(f"no {base} data for {lang} in {self.cfg.data}")
-            self.datasets[split] = WeightedMixtureDataset([ds], [1.0], self.cfg.seed)
+            self.datasets[split] = WeightedMixtureDataset([ds], [1.0], self.cfg.seed,
+                                                          language_ids=[self.languages.index(lang)])
             return
         parts = [(l, self._language_dataset(l, split)) for l in self.languages]
         parts = [(l, d) for l, d in parts if d is not None]
@@ -129,7 +130,9 @@ class AstT5PretrainingTask(SharedVocabTask):
             raise DataError(f"no '{split}' split for {self.languages} in {self.cfg.data}")
         probs = [self.probs[l] for l, _ in parts]
         size = self.cfg.epoch_size if split == "train" else 0
-        self.datasets[split] = WeightedMixtureDataset([d for _, d in parts], probs, self.cfg.seed, size)
+        self.datasets[split] = WeightedMixtureDataset(
+            [d for _, d in parts], probs, self.cfg.seed, size,
+            language_ids=[self.languages.index(l) for l, _ in parts])  # share_<lang> labels
         self.datasets[split].language_names = [l for l, _ in parts]
         self.datasets[split].set_epoch(epoch)
 

@@ -163,3 +163,30 @@ def test_adamw_scale_step_is_relative_to_the_parameter_rms():
     # first Adam step is lr * rms(p) * sign(g): 0.1 * max(1e-3, 0.01) and 0.1 * 10
     assert torch.allclose(0.01 - small.detach(), torch.full((4,), 0.001), atol=1e-6)
     assert torch.allclose(10.0 - big.detach(), torch.full((4,), 1.0), atol=1e-4)
+
+
+def test_language_labels_name_the_right_language_when_a_split_lacks_one(pretrain_data, tmp_path):
+    """share_<lang> labels index the task's full language list, even when the valid mixture
+    drops a language (here: the first one, whose valid files are removed)."""
+    import os
+
+    data = tmp_path / "data"
+    shutil.copytree(pretrain_data, data)
+    task = make_task(data)
+    dropped = task.languages[0]
+    for ext in (".bin", ".idx", ".ast.bin", ".ast.idx"):
+        if os.path.exists(data / dropped / f"valid{ext}"):
+            os.remove(data / dropped / f"valid{ext}")
+    task = make_task(data)
+    task.load_dataset("valid")
+    ds = task.datasets["valid"]
+    assert dropped not in ds.language_names and ds.language_names
+    # the mixture's own position of a language differs from its index in the task's list
+    assert any(task.languages.index(l) != k for k, l in enumerate(ds.language_names))
+    for i in range(len(ds)):
+        k, _ = ds.index[i]
+        assert task.languages[ds[i]["language"]] == ds.language_names[k]
+    other = ds.language_names[-1]
+    task.load_dataset(f"valid_{other}")
+    assert {task.languages[task.datasets[f"valid_{other}"][i]["language"]]
+            for i in range(len(task.datasets[f"valid_{other}"]))} == {other}

@@ -161,12 +161,23 @@ def test_fuzz_random_and_pathological_files(tmp_path):
 
 
 def test_bad_arguments_are_one_line_errors(tmp_path, capsys):
-    with pytest.raises(SystemExit, match="input not found"):
-        main(["run", str(tmp_path / "missing"), "-o", str(tmp_path / "o")])
-    with pytest.raises(SystemExit, match="--shard-id"):
-        main(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--num-shards", "2", "--shard-id", "2"])
-    with pytest.raises(SystemExit, match="unknown --language 'cobol'"):
-        main(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--language", "cobol"])
+    def one_line_error(argv, text):
+        assert main(argv) == 2  # the one exit code of every one-line error
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith("ast-t5-preprocess: error:") and text in err[0], err
+
+    one_line_error(["run", str(tmp_path / "missing"), "-o", str(tmp_path / "o")], "input not found")
+    one_line_error(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--num-shards", "2", "--shard-id", "2"],
+                   "--shard-id")
+    one_line_error(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--language", "cobol"],
+                   "unknown --language 'cobol'")
+    one_line_error(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--vocab-size", "100"],
+                   "--vocab-size must be >= 261")
+    one_line_error(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--vocab-size", "300",
+                    "--num-sentinels", "400"], "--num-sentinels (400) must be smaller")
+    one_line_error(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--exclude-benchmark", "mbpp"],
+                   "mbpp=PATH")
+    assert not os.path.exists(tmp_path / "o")
     (tmp_path / "a.py").write_text("x = 1\n")
     rc = main(["run", str(tmp_path), "-o", str(tmp_path / "o"), "--num-shards", "2", "--shard-id", "0"])
     assert rc == 2 and "train-spm" in capsys.readouterr().err

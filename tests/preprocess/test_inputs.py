@@ -25,9 +25,9 @@ def test_skip_reasons(tmp_path):
     for name, data in files.items():
         (tmp_path / name).write_bytes(data)
     docs = {d.key.split("/")[-1]: d for d in iter_documents([str(tmp_path)])}
-    assert "notes.unknownext" not in docs  # not a source file of a known language
+    assert docs["notes.unknownext"].skip == "unknown_extension"  # counted, never read
     reasons = {name: _read(doc, max_file_bytes=2000) for name, doc in docs.items()}
-    assert reasons == {"ok.py": None, "bin.py": "binary", "latin1.py": "invalid_utf8",
+    assert reasons == {"ok.py": None, "notes.unknownext": "unknown_extension", "bin.py": "binary", "latin1.py": "invalid_utf8",
                        "empty.py": "empty", "blank.py": "empty", "big.py": "too_large",
                        "minified.js": "long_lines"}
 
