@@ -29,6 +29,7 @@ import json
 import logging
 import os
 import sys
+import threading
 import typing
 import warnings
 from dataclasses import dataclass, field
@@ -253,16 +254,30 @@ def init_process_group(config) -> None:
         local = int(os.environ.get("LOCAL_RANK", rank % max(1, torch.cuda.device_count())))
         torch.cuda.set_device(local)
     where = _rendezvous_address(init_method)
-    logger.info("rank %d of %d: waiting up to %.3g min for all %d ranks at %s (%s, %s)",
-                rank, world, minutes, world, where, init_method, backend)
+    awaited = (f"the other {world - 1} rank(s)" if rank == 0 and not os.environ.get("TORCHELASTIC_RUN_ID")
+               else f"the rendezvous store at {where}")
+    logger.info("rank %d of %d: waiting up to %.3g min for %s (%s, %s)",
+                rank, world, minutes, awaited, init_method, backend)
+
+    def give_up(detail):
+        return LaunchError(f"rank {rank} of {world}: waited {minutes:.3g} min "
+                           f"(task.distributed_timeout) for {awaited}, in vain: {detail}", code=1)
+
+    # torch's own timeout does not cover a listener on the port that is no torch store (the
+    # handshake waits for an answer); this watchdog ends such a wait a few seconds later.
+    watchdog = threading.Timer(minutes * 60 + 5, lambda: (
+        give_up("no answer from the rendezvous endpoint (another program on the port?)"),
+        os._exit(1)))
+    watchdog.daemon = True
+    watchdog.start()
     try:
         torch.distributed.init_process_group(backend=backend, init_method=init_method,
                                              world_size=world, rank=rank,
                                              timeout=timedelta(minutes=minutes))
     except Exception as e:  # DistStoreError, RuntimeError, ...: the torch message, first line
-        detail = " ".join(str(e).split())[:300]
-        raise LaunchError(f"rank {rank} of {world}: not all ranks joined at {where} within "
-                          f"{minutes:.3g} min (task.distributed_timeout): {detail}", code=1)
+        raise give_up(" ".join(str(e).split())[:300])
+    finally:
+        watchdog.cancel()
     # fairseq's distributed_init finds this group and uses it
     warnings.filterwarnings("ignore", message="Distributed is already initialized")
     logger.info("rank %d of %d joined (collectives time out after %.3g min)", rank, world, minutes)
@@ -281,9 +296,14 @@ class StartupChecks(_HydraCallback):
     def on_job_start(self, config, **kwargs) -> None:
         from omegaconf import OmegaConf
 
-        world, _ = expected_world_size()
+        world, source = expected_world_size()
         if world <= 1 or _initialized():
             return
+        if source != "WORLD_SIZE":
+            raise LaunchError(
+                f"{source}={world}: an srun step starts the training processes without torchrun; "
+                f"fairseq's own SLURM set-up is not supported (it needs GPUs and a world size per "
+                f"node): submit scripts/slurm_pretrain.sh, which runs one torchrun per node")
         init_process_group(config)
         try:
             check_agreement(config, OmegaConf.select(config, "task.data"))
