@@ -109,6 +109,12 @@ def expected_world_size():
     return 1, ""
 
 
+SRUN_WITHOUT_TORCHRUN = (
+    "{source}={world}: an srun step starts the training processes without torchrun; fairseq's own "
+    "SLURM set-up is not supported (it needs GPUs and a world size per node): submit "
+    "scripts/slurm_pretrain.sh, which runs one torchrun per node")
+
+
 def _initialized() -> bool:
     return torch.distributed.is_available() and torch.distributed.is_initialized()
 
@@ -119,6 +125,8 @@ def check_launch() -> None:
     if expected <= 1:
         return
     actual = torch.distributed.get_world_size() if _initialized() else 1
+    if actual == 1 and source != "WORLD_SIZE":
+        raise LaunchError(SRUN_WITHOUT_TORCHRUN.format(source=source, world=expected))
     if actual == 1 or (source == "WORLD_SIZE" and actual != expected):
         raise LaunchError(
             f"{source}={expected} in the environment, but this process trains with world size "
@@ -300,10 +308,7 @@ class StartupChecks(_HydraCallback):
         if world <= 1 or _initialized():
             return
         if source != "WORLD_SIZE":
-            raise LaunchError(
-                f"{source}={world}: an srun step starts the training processes without torchrun; "
-                f"fairseq's own SLURM set-up is not supported (it needs GPUs and a world size per "
-                f"node): submit scripts/slurm_pretrain.sh, which runs one torchrun per node")
+            raise LaunchError(SRUN_WITHOUT_TORCHRUN.format(source=source, world=world))
         init_process_group(config)
         try:
             check_agreement(config, OmegaConf.select(config, "task.data"))
