@@ -288,6 +288,16 @@ def init_process_group(config) -> None:
         watchdog.cancel()
     # fairseq's distributed_init finds this group and uses it
     warnings.filterwarnings("ignore", message="Distributed is already initialized")
+    # fairseq runs its training collectives (gradients, logging, checkpoint broadcast) on a
+    # sub-group it creates with torch's default timeout (30 min); create it now, on every rank at
+    # the same point, and give it ours
+    from fairseq.distributed import utils as fairseq_dist
+
+    set_timeout = getattr(torch.distributed.distributed_c10d, "_set_pg_timeout", None)
+    if set_timeout is None:
+        logger.warning("this torch cannot set a group's timeout: fairseq's collectives wait 30 min")
+    else:
+        set_timeout(timedelta(minutes=minutes), fairseq_dist.get_global_group())
     logger.info("rank %d of %d joined (collectives time out after %.3g min)", rank, world, minutes)
 
 

@@ -15,7 +15,7 @@ import time
 import pytest
 import torch
 
-from .conftest import PRETRAIN_CONFIGS, REPO, free_port, train_env
+from .conftest import REPO, free_port, train_env
 from .test_pretrain import HYDRA_TRAIN, json_logs, read_audit, tiny_args
 
 LAUNCH_VARS = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "LOCAL_WORLD_SIZE",
@@ -179,6 +179,19 @@ def test_incomplete_launches_end_within_the_timeout_with_one_line(pretrain_data,
     [line] = error_lines(foreign_err)
     assert line.startswith("ast-t5: error: rank 1 of 2: waited 0.05 min (task.distributed_timeout) for "
                            f"the rendezvous store at 127.0.0.1:{listener.port}, in vain:"), line
+
+
+def test_torchrun_script_with_a_missing_node_stops_within_the_timeout(pretrain_data, tmp_path):
+    """torchrun --nnodes 2 with only node 0: torchrun's own wait for the nodes is bounded by
+    DIST_TIMEOUT_MIN (here 3 s) and names how many joined; no worker is started."""
+    env = clean_env(NNODES=2, NODE_RANK=0, NPROC=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port(),
+                    DIST_TIMEOUT_MIN=0.05)
+    run = subprocess.run(["bash", os.path.join(REPO, "scripts", "torchrun_pretrain.sh"), pretrain_data, "tiny",
+                          "torchrun_cpu", f"checkpoint.save_dir={tmp_path / 'ckpt'}"],
+                         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode != 0
+    assert "waiting for clients. 1/2 clients joined" in run.stderr, run.stderr[-2000:]
+    assert not (tmp_path / "ckpt").exists()
 
 
 @pytest.mark.slow
