@@ -95,7 +95,8 @@ def test_world_size_change_is_refused_or_resumes_by_samples_consumed(pretrain_da
     ref_root, _ = reference_run
     (tmp_path / "ckpt").mkdir()
     shutil.copyfile(ref_root / "ckpt" / "checkpoint_1_4.pt", tmp_path / "ckpt" / "checkpoint_last.pt")
-    one = HYDRA_TRAIN + tiny_args(pretrain_data, tmp_path / "ckpt", *RUN, f"+task.audit_log={tmp_path / 'audit'}")
+    one = HYDRA_TRAIN + tiny_args(pretrain_data, tmp_path / "ckpt", *RUN,
+                                  f"+task.audit_log={tmp_path / 'audit'}")
     refused = subprocess.run(one, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2
     assert error_lines(refused.stderr) == [
@@ -165,7 +166,8 @@ def test_incomplete_launches_end_within_the_timeout_with_one_line(pretrain_data,
     lone = subprocess.Popen(HYDRA_TRAIN + args, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, env=clean_env(**common, RANK=0, MASTER_PORT=free_port()))
     foreign = subprocess.Popen(HYDRA_TRAIN + args, cwd=tmp_path, text=True, stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, env=clean_env(**common, RANK=1, MASTER_PORT=listener.port))
+                               stderr=subprocess.PIPE,
+                               env=clean_env(**common, RANK=1, MASTER_PORT=listener.port))
     try:
         _, lone_err = lone.communicate(timeout=300)  # far below the 10 min default
         _, foreign_err = foreign.communicate(timeout=300)
@@ -186,8 +188,9 @@ def test_torchrun_script_with_a_missing_node_stops_within_the_timeout(pretrain_d
     DIST_TIMEOUT_MIN (here 3 s) and names how many joined; no worker is started."""
     env = clean_env(NNODES=2, NODE_RANK=0, NPROC=1, MASTER_ADDR="127.0.0.1", MASTER_PORT=free_port(),
                     DIST_TIMEOUT_MIN=0.05)
-    run = subprocess.run(["bash", os.path.join(REPO, "scripts", "torchrun_pretrain.sh"), pretrain_data, "tiny",
-                          "torchrun_cpu", f"checkpoint.save_dir={tmp_path / 'ckpt'}"],
+    script = os.path.join(REPO, "scripts", "torchrun_pretrain.sh")
+    run = subprocess.run(["bash", script, pretrain_data, "tiny", "torchrun_cpu",
+                          f"checkpoint.save_dir={tmp_path / 'ckpt'}"],
                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert run.returncode != 0
     assert "waiting for clients. 1/2 clients joined" in run.stderr, run.stderr[-2000:]
@@ -202,7 +205,8 @@ def test_ranks_with_different_configs_stop_naming_the_key(pretrain_data, tmp_pat
     for rank, extra in ((0, []), (1, ["optimization.lr=[0.01]"])):
         env = clean_env(MASTER_ADDR="127.0.0.1", MASTER_PORT=port, WORLD_SIZE=2, RANK=rank, LOCAL_RANK=rank)
         procs.append(subprocess.Popen(
-            HYDRA_TRAIN + tiny_args(pretrain_data, tmp_path / "ckpt", *RUN, "+run_config=torchrun_cpu", *extra),
+            HYDRA_TRAIN + tiny_args(pretrain_data, tmp_path / "ckpt", *RUN, "+run_config=torchrun_cpu",
+                                    *extra),
             cwd=tmp_path, env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE))
     for p in procs:
         _, err = p.communicate(timeout=300)
@@ -219,7 +223,8 @@ def write_stand_ins(bin_dir):
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho 127.0.0.1\n")
     (bin_dir / "srun").write_text(
         "#!/bin/bash\necho \"srun $*\" >> \"$SRUN_LOG\"\n"
-        "while [ $# -gt 0 ]; do case $1 in --kill-on-bad-exit=*) shift;; --*) shift 2;; *) break;; esac; done\n"
+        "while [ $# -gt 0 ]; do case $1 in\n"
+        "  --kill-on-bad-exit=*) shift;; --*) shift 2;; *) break;; esac\ndone\n"
         "[ -n \"$SRUN_DRY\" ] && exit 0\nexec \"$@\"\n")
     (bin_dir / "torchrun").write_text(f"#!/bin/sh\nexec {sys.executable} -m torch.distributed.run \"$@\"\n")
     for f in bin_dir.iterdir():
