@@ -25,6 +25,7 @@ from ..data.mixture import WeightedMixtureDataset
 from ..data.node_categories import NodeCategories
 from ..data.sentinels import SentinelSpec
 from ..data.span_corruption_dataset import SpanCorruptionDataset
+from ..distributed import DistributedOptions
 from .shared_vocab_task import SharedVocabTask
 
 logger = logging.getLogger(__name__)
@@ -39,7 +40,7 @@ def _f(default, text):
 
 
 @dataclass
-class AstT5PretrainingConfig(FairseqDataclass):
+class AstT5PretrainingConfig(FairseqDataclass, DistributedOptions):
     data: str = _f(MISSING, "output directory of ast-t5-preprocess")
     languages: str = _f("", "comma-separated languages to train on (default: all in data_weights.json)")
     sampling_temperature: float = _f(1.0, "mixture probabilities are proportional to "
