@@ -146,6 +146,7 @@ def test_registered_optimizers_clip_with_ours(cls, monkeypatch):
     opt.step()
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_clip_and_foreach_steps_on_cuda_match_cpu():
     cpu, gpu = _grads(), _grads(device="cuda")

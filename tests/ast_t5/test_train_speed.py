@@ -157,6 +157,7 @@ def _liger_importable():
     return liger_fused_linear_ce()[0] is not None
 
 
+@pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="fused cross-entropy runs on CUDA only")
 @pytest.mark.skipif(torch.cuda.is_available() and not _liger_importable(),
                     reason="liger-kernel is not installed (optional: pip install liger-kernel)")
