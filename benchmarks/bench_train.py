@@ -14,9 +14,10 @@ starting with ``</s>``; the task needs only a dictionary, so no corpus is read).
 
 In the same run, Hugging Face ``T5ForConditionalGeneration`` of the same shape and weights trains
 with the nanoT5 recipe: fp32 weights, bf16 autocast, ``torch.compile``, ``torch.optim.AdamW``,
-gradient clipping at the same norm, on identical batches. The two run one after the other (each
-warmed up, then ``--repeats`` blocks of ``--updates`` updates; medians reported), so each one's
-peak memory is its own.
+gradient clipping at the same norm, on identical batches. Each is warmed up (compilation
+included; its peak memory above what was resident before it is measured there), then
+``--repeats`` blocks of ``--updates`` updates alternate between the two, first one then the
+other first; the median seconds per update of each is reported.
 
 FLOPs per update (DESIGN.md section 8), from the padded batch shapes (what the hardware computes):
 ``6 x (encoder params x B x S + decoder params incl. the output head x B x T)`` plus attention's
@@ -153,22 +154,41 @@ def flops_per_update(model, sample) -> float:
     return model_flops_per_step(model, (n["src_tokens"], n["prev_output_tokens"], sample["target"]))
 
 
-def _median_blocks(run_update, batches, updates, repeats, device):
-    """Median seconds per update over ``repeats`` blocks of ``updates`` updates."""
-    times, k = [], 0
-    for _ in range(repeats):
-        _sync(device)
-        start = time.perf_counter()
-        for _ in range(updates):
-            run_update(batches[k % len(batches)])
-            k += 1
-        _sync(device)
-        times.append((time.perf_counter() - start) / updates)
-    return statistics.median(times), times
+def _warm_up(update, batches, count, device, resident_before=0):
+    """Run ``count`` untimed updates (compilation happens here); seconds and the peak memory
+    above ``resident_before`` bytes (CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for k in range(count):
+        update(batches[k % len(batches)])
+    _sync(device)
+    seconds = time.perf_counter() - start
+    peak = (torch.cuda.max_memory_allocated() - resident_before) / 2**30 if device.type == "cuda" else None
+    return seconds, peak
 
 
-def run_ours(args, device, batches, data_dir):
-    config = args.config
+def interleaved_blocks(updates_by_name, batches, updates, repeats, device):
+    """Median seconds per update per name: ``repeats`` blocks of ``updates`` updates each,
+    alternating which one goes first, so that load drifts hit both alike."""
+    times = {name: [] for name in updates_by_name}
+    names = list(updates_by_name)
+    k = 0
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(updates):
+                updates_by_name[name](batches[k % len(batches)])
+                k += 1
+            _sync(device)
+            times[name].append((time.perf_counter() - start) / updates)
+    return {name: statistics.median(t) for name, t in times.items()}, times
+
+
+def setup_ours(args, device, data_dir):
+    """fairseq's Trainer for ``args.config`` and an update function over it."""
     overrides = [f"common.cpu={'true' if device.type == 'cpu' else 'false'}",
                  f"common.bf16={'true' if args.bf16 else 'false'}",
                  f"++model.compile={'true' if args.compile else 'false'}",
@@ -177,8 +197,7 @@ def run_ours(args, device, batches, data_dir):
                  "common.log_interval=1000000"]
     if args.compile_backend:
         overrides.append(f"++model.compile_backend={args.compile_backend}")
-    cfg, task, trainer, initial = build_trainer(config, data_dir, overrides + list(args.override))
-    model = trainer.model
+    _, _, trainer, initial = build_trainer(args.config, data_dir, overrides + list(args.override))
     losses, ooms = [], []
     log_oom = trainer._log_oom
     trainer._log_oom = lambda e: (ooms.append(1), log_oom(e))  # count fairseq's OOM recoveries
@@ -188,27 +207,17 @@ def run_ours(args, device, batches, data_dir):
         if log is not None and "loss" in log:
             losses.append(float(log["loss"]))
 
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    start = time.perf_counter()
-    for k in range(args.warmup):
-        update(batches[k % len(batches)])
-    _sync(device)
-    warmup_s = time.perf_counter() - start
-    median, blocks = _median_blocks(update, batches, args.updates, args.repeats, device)
-    result = {"seconds_per_update": median, "blocks": blocks, "warmup_seconds": warmup_s,
-              "num_updates": trainer.get_num_updates(), "loss_last": losses[-1] if losses else None,
-              "compile_seconds": getattr(model, "compile_seconds", 0.0),
-              "ce_path": getattr(trainer.criterion, "last_path", None),
-              "param_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
-              "oom_recoveries": len(ooms)}
-    if device.type == "cuda":
-        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    profile = profile_update(args, trainer, batches, device) if args.profile else None
-    return result, profile, trainer, initial
+    def info():
+        model = trainer.model
+        return {"num_updates": trainer.get_num_updates(), "loss_last": losses[-1] if losses else None,
+                "compile_seconds": getattr(model, "compile_seconds", 0.0),
+                "ce_path": getattr(trainer.criterion, "last_path", None),
+                "param_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+                "oom_recoveries": len(ooms)}
+    return trainer, initial, update, info
 
 
-def run_hf(args, device, batches, initial, ours_cfg, vocab):
+def setup_hf(args, device, initial, ours_cfg, vocab):
     """nanoT5's recipe: fp32 weights, bf16 autocast, torch.compile, AdamW, clipping."""
     from transformers import T5ForConditionalGeneration
 
@@ -217,8 +226,6 @@ def run_hf(args, device, batches, initial, ours_cfg, vocab):
     model = T5ForConditionalGeneration(hf_t5_config(ours_cfg, vocab))
     model.load_state_dict(ours_to_hf_state_dict(initial))
     model = model.to(device).train()
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
     forward = torch.compile(model) if args.hf_compile else model
     opt = torch.optim.AdamW(model.parameters(), lr=args.hf_lr)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
@@ -238,17 +245,9 @@ def run_hf(args, device, batches, initial, ours_cfg, vocab):
         opt.zero_grad(set_to_none=True)
         losses.append(loss.detach())
 
-    start = time.perf_counter()
-    for k in range(args.warmup):
-        update(batches[k % len(batches)])
-    _sync(device)
-    warmup_s = time.perf_counter() - start
-    median, blocks = _median_blocks(update, batches, args.updates, args.repeats, device)
-    result = {"seconds_per_update": median, "blocks": blocks, "warmup_seconds": warmup_s,
-              "loss_last": float(losses[-1]) if losses else None}
-    if device.type == "cuda":
-        result["peak_memory_gib"] = torch.cuda.max_memory_allocated() / 2**30
-    return result
+    def info():
+        return {"loss_last": float(losses[-1]) if losses else None}
+    return update, info
 
 
 def measured_ceilings(device):
@@ -478,14 +477,27 @@ def main(argv=None) -> int:
     shape = (args.config, args.vocab, args.batch, args.src_len, args.tgt_len)
     batches = make_batches(4, args.batch, args.src_len, args.tgt_len, args.vocab)
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
-        ours, profile, trainer, initial = run_ours(args, device, batches, write_task_dir(tmp, args.vocab))
+        trainer, initial, ours_update, ours_info = setup_ours(args, device, write_task_dir(tmp, args.vocab))
+    ours = {}
+    ours["warmup_seconds"], ours["peak_memory_gib"] = _warm_up(ours_update, batches, args.warmup, device)
+    updates = {"ours": ours_update}
+    hf = None
+    if args.hf:
+        resident = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+        hf_update, hf_info = setup_hf(args, device, initial, trainer.model.cfg, args.vocab)
+        hf = {}
+        hf["warmup_seconds"], hf["peak_memory_gib"] = _warm_up(hf_update, batches, args.warmup, device, resident)
+        updates["hf"] = hf_update
+    median, blocks = interleaved_blocks(updates, batches, args.updates, args.repeats, device)
+    ours.update(seconds_per_update=median["ours"], blocks=blocks["ours"], **ours_info())
+    if hf is not None:
+        hf.update(seconds_per_update=median["hf"], blocks=blocks["hf"], **hf_info())
+    for r in (ours, hf):
+        if r is not None and r["peak_memory_gib"] is None:
+            del r["peak_memory_gib"]
+    profile = profile_update(args, trainer, batches, device) if args.profile else None
     flops = flops_per_update(trainer.model, batches[0])
     tokens = statistics.mean(batch_tokens(b) for b in batches)
-    ours_cfg = trainer.model.cfg
-    del trainer
-    if device.type == "cuda":
-        torch.cuda.empty_cache()
-    hf = run_hf(args, device, batches, initial, ours_cfg, args.vocab) if args.hf else None
     out = report(args, device, shape, ours, hf, profile, flops, tokens)
     if args.json:
         tmp_path = args.json + ".tmp"
