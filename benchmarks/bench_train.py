@@ -321,8 +321,25 @@ def profile_update(args, trainer, batches, device):
               "data_copy": 3 * 8 * sample["net_input"]["src_tokens"].numel() / bandwidth,
               "data_make": 0.0, "trainer_rest": 0.0, "train_step": 3 * fwd_flops / flop_rate}
     syncs = sync_sites(trainer, sample) if device.type == "cuda" else None
+    ops = op_shares(trainer, sample) if device.type == "cuda" else None
     return {"seconds": seconds, "floors": floors, "matmul_flops_per_s": flop_rate,
-            "copy_bytes_per_s": bandwidth, "params": n_params, "host_syncs": syncs}
+            "copy_bytes_per_s": bandwidth, "params": n_params, "host_syncs": syncs, "gpu_op_shares": ops}
+
+
+def op_shares(trainer, sample, top: int = 12):
+    """Share of the GPU time of one train_step per aten op (torch.profiler), the top ones and copy_."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        trainer.train_step([sample])
+        torch.cuda.synchronize()
+    device_time = lambda e: getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+    ops = [(e.key, device_time(e)) for e in prof.key_averages() if e.key.startswith("aten::")]
+    total = sum(t for _, t in ops) or 1
+    shares = {k: t / total for k, t in sorted(ops, key=lambda x: -x[1])[:top]}
+    shares["aten::copy_ (all)"] = sum(t for k, t in ops if k == "aten::copy_") / total
+    return shares
 
 
 def data_make_seconds(sample, repeats: int = 3) -> float:
@@ -408,6 +425,9 @@ def report(args, device, shape, ours, hf, profile, flops, tokens):
             logger.info("  %-34s %9.2f ms   floor %8.2f ms", label, 1e3 * s[key], 1e3 * f[key])
         if profile["host_syncs"] is not None:
             logger.info("host synchronizations in one update: %s", profile["host_syncs"] or "none")
+        if profile.get("gpu_op_shares"):
+            logger.info("GPU time by op in one update: %s", ", ".join(
+                f"{k} {100 * v:.1f}%" for k, v in profile["gpu_op_shares"].items()))
     return out
 
 
