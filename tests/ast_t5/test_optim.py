@@ -164,3 +164,31 @@ def test_clip_and_foreach_steps_on_cuda_match_cpu():
     opt_b.step()
     for p, q in zip(a, b):
         torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_torch_follows_fairseqs_adam():
+    """Same algorithm as fairseq's adam (decoupled weight decay); epsilon placement differs only
+    by sqrt(1 - beta2^t), invisible with a tiny epsilon."""
+    from fairseq.dataclass.utils import merge_with_parent
+    from fairseq.optim import OPTIMIZER_DATACLASS_REGISTRY, OPTIMIZER_REGISTRY
+    from omegaconf import OmegaConf
+
+    a, b = _params(), _params()
+    settings = {"lr": [0.01], "adam_betas": "(0.9, 0.98)", "adam_eps": 1e-12, "weight_decay": 0.01}
+    opts = []
+    for name, ps in (("adam", a), ("adamw_torch", b)):
+        extra = {"tpu": False} if name == "adam" else {}
+        cfg = merge_with_parent(OPTIMIZER_DATACLASS_REGISTRY[name](),
+                                OmegaConf.create({"_name": name, **settings, **extra}))
+        opts.append(OPTIMIZER_REGISTRY[name](cfg, ps))
+    assert type(opts[1]).clip_grad_norm is OwnClipMixin.clip_grad_norm
+    g = torch.Generator().manual_seed(5)
+    for _ in range(4):
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.clone()
+        for opt in opts:
+            opt.step()
+    for p, q, p0 in zip(a, b, _params()):
+        assert not torch.equal(q, p0)
+        torch.testing.assert_close(q.detach(), p.detach(), rtol=1e-5, atol=1e-6)
