@@ -120,10 +120,14 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
         else:
             cls, reason = liger_fused_linear_ce()
             if cls is not None:
-                self._fused_fn = cls(ignore_index=self.padding_idx, reduction="sum",
-                                     return_predicted_tokens=True)
-                logger.info("cross-entropy: liger-kernel fused linear cross-entropy (no logits in memory)")
-                return True
+                try:
+                    self._fused_fn = cls(ignore_index=self.padding_idx, reduction="sum",
+                                         return_predicted_tokens=True)
+                except TypeError:  # releases before return_predicted_tokens (liger-kernel 0.8)
+                    reason = "liger-kernel is too old (needs return_predicted_tokens: >= 0.8)"
+                else:
+                    logger.info("cross-entropy: liger-kernel fused linear cross-entropy (no logits in memory)")
+                    return True
         if self.fused_choice == "liger":
             raise RuntimeError(f"criterion.fused_cross_entropy=liger cannot run: {reason}")
         if not self._fused_logged:
