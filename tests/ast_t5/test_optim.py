@@ -1,6 +1,5 @@
 """Optimizers and clipping: the foreach steps against the per-parameter references, and gradient
 clipping on the gradients' own device (including a CUDA host training on the CPU)."""
-import copy
 
 import pytest
 import torch
