@@ -91,7 +91,7 @@ def test_adafactor_step_size_does_not_depend_on_the_parameter_order():
 
 def _grads(seed=0, device="cpu"):
     g = torch.Generator().manual_seed(seed)
-    ps = [torch.nn.Parameter(torch.zeros(s)) for s in SHAPES]
+    ps = [torch.nn.Parameter(torch.zeros(s, device=device)) for s in SHAPES]
     for p in ps:
         p.grad = (torch.randn(p.shape, generator=g) * 3).to(device)
     return ps
@@ -149,8 +149,6 @@ def test_registered_optimizers_clip_with_ours(cls, monkeypatch):
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
 def test_clip_and_foreach_steps_on_cuda_match_cpu():
     cpu, gpu = _grads(), _grads(device="cuda")
-    for p in gpu:
-        p.data = p.data.cuda()
     n_cpu, n_gpu = clip_grad_norm_(cpu, 1.0), clip_grad_norm_(gpu, 1.0)
     assert n_gpu.device.type == "cuda"
     torch.testing.assert_close(n_gpu.cpu(), n_cpu, rtol=1e-5, atol=1e-6)
