@@ -117,7 +117,8 @@ def _criterion_and_sample(task_dir, **kwargs):
     cfg = bench_train.compose("tiny", [f"task.data={task_dir}"])
     from fairseq import tasks
     task = tasks.setup_task(cfg.task)
-    model = AstT5Model.from_dictionary(task.dictionary, arch="t5_v11_tiny", dropout=0.0)
+    model = AstT5Model.from_dictionary(task.dictionary, arch="t5_v11_tiny", dropout=0.0,
+                                       attention_dropout=0.0)
     sample = bench_train.make_batches(1, 3, 20, 8, 512)[0]
     sample["language"] = torch.tensor([0, 0, 0])
     return SpanCrossEntropyCriterion(task, **kwargs), model, sample
