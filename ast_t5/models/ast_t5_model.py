@@ -58,6 +58,11 @@ class AstT5Model(FairseqEncoderDecoderModel):
         prev = pad_to_bucket(prev_output_tokens, self.cfg.compile_pad_multiple,
                              self.decoder.max_target_positions, pad)
         if self._compiled_forward is None:
+            # One eager forward without gradients first: code that logs once (the attention
+            # backends' choice) runs here, outside the traced graph, where a logging call would
+            # split the graph and force a recompilation at the next update.
+            with torch.no_grad():
+                self._eager_forward(src, src_lengths, prev, **kwargs)
             self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
         graphs = _compiled_graph_count()
         start = time.perf_counter()

@@ -75,11 +75,13 @@ def test_compiled_training_matches_eager_without_recompiling_per_batch(task_dir,
     batches = _batches([50, 60, 57])  # three lengths, one bucket of 64
     extra = [f"++model.checkpoint_activations={str(checkpointing).lower()}"]
     _, eager = _train(task_dir, extra, batches)
+    before = _compiled_graph_count()
     compiled, losses = _train(task_dir, extra + ["++model.compile=true", "++model.compile_backend=aot_eager"],
                               batches[:1])
     model = compiled.model
     assert model.compile_seconds > 0  # a graph was compiled (and logged) inside Trainer.train_step
     graphs = _compiled_graph_count()
+    assert graphs - before == 1  # one graph for encoder, decoder and head: no graph break
     losses += [float(compiled.train_step([b])["loss"]) for b in batches[1:]]
     assert _compiled_graph_count() == graphs  # other lengths in the same bucket: no new graph
     for a, b in zip(losses, eager):
