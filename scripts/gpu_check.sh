@@ -8,7 +8,7 @@
 # (carry liger-kernel for the fused cross-entropy: bash ../shared/gpu/bundle.sh liger-kernel==0.8.5)
 #
 # Steps, each under `timeout`, in order of value, inside one overall budget (GPU_CHECK_BUDGET_S,
-# default 540 s, so that it fits a 10-minute call with the environment set-up):
+# default 520 s, so that it fits a 10-minute call with the environment set-up):
 #   1. build the fused_ops CUDA extension in place                        -> build.log
 #   2. the CUDA tests (pytest -m cuda)                                     -> tests.log
 #   3. bench_train.py --device cuda --profile (trainer vs HF, time budget,
@@ -29,7 +29,7 @@ mkdir -p "$OUTDIR" || { echo "gpu_check: cannot create $OUTDIR" >&2; exit 2; }
 OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
-BUDGET=${GPU_CHECK_BUDGET_S:-540}
+BUDGET=${GPU_CHECK_BUDGET_S:-520}
 START=$(date +%s)
 STATUS_FILE=$(mktemp)
 trap 'rm -f "$STATUS_FILE"' EXIT
