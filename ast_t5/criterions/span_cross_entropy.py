@@ -4,7 +4,25 @@ Besides the loss it logs the accuracy of the decoder on the masked tokens (targe
 are neither a sentinel nor ``</s>``) and, when the batch says which language each sample comes
 from, each language's share of the batch's target tokens (``share_<lang>``). All logged values
 are sums over samples, so they can be summed across workers.
+
+No value is read back to the host inside the update: every logged count stays a device tensor
+(fairseq reads them when it reduces the logs at the end of the update), so the CPU keeps queueing
+the backward while the forward runs.
+
+Two ways to compute the loss (``fused_cross_entropy``):
+
+- ``eager`` (the CPU path): the decoder's logits, fp32 log-probabilities over the vocabulary
+  (B x T x V x 4 bytes), negative log-likelihood;
+- ``liger``: liger-kernel's fused linear cross-entropy (Triton, CUDA only) takes the decoder's
+  final features and the output matrix and computes the loss, its gradient and the arg-max
+  chunk by chunk, so neither the logits nor their fp32 log-probabilities exist in memory. It is
+  an optional import (``pip install liger-kernel``), used with label_smoothing 0 (it cannot also
+  give the unsmoothed nll that is logged).
+- ``auto`` (default): ``liger`` when the model is on a CUDA device, liger-kernel imports and
+  label_smoothing is 0; ``eager`` otherwise. ``liger`` demands it and fails in one line if it
+  cannot run. ``self.last_path`` says which ran.
 """
+import logging
 import math
 from dataclasses import dataclass, field
 
@@ -12,29 +30,68 @@ import torch
 import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
-from fairseq.dataclass import FairseqDataclass
+from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+logger = logging.getLogger(__name__)
+
+FUSED_CE_CHOICES = ("auto", "eager", "liger")
+
+
+def liger_fused_linear_ce():
+    """liger-kernel's LigerFusedLinearCrossEntropyLoss class, or None with the reason."""
+    try:
+        from liger_kernel.transformers.fused_linear_cross_entropy import LigerFusedLinearCrossEntropyLoss
+    except Exception as e:  # ImportError, or triton failing to initialize
+        return None, f"liger-kernel is not importable ({type(e).__name__}: {e})"
+    return LigerFusedLinearCrossEntropyLoss, ""
 
 
 @dataclass
 class SpanCrossEntropyConfig(FairseqDataclass):
     label_smoothing: float = field(default=0.0, metadata={"help": "epsilon for label smoothing"})
+    fused_cross_entropy: ChoiceEnum(list(FUSED_CE_CHOICES)) = field(default="auto", metadata={
+        "help": "auto: liger-kernel's fused linear cross-entropy on CUDA when installed and "
+                "label_smoothing=0, else eager; eager: logits then log-softmax; liger: demand the fused one"})
 
 
 @register_criterion("ast_t5_span_cross_entropy", dataclass=SpanCrossEntropyConfig)
 class SpanCrossEntropyCriterion(FairseqCriterion):
-    def __init__(self, task, label_smoothing: float = 0.0):
+    def __init__(self, task, label_smoothing: float = 0.0, fused_cross_entropy: str = "auto"):
         super().__init__(task)
         if not 0.0 <= label_smoothing < 1.0:
             raise ValueError(f"label_smoothing={label_smoothing} must be in [0, 1)")
+        fused_cross_entropy = str(fused_cross_entropy)
+        if fused_cross_entropy not in FUSED_CE_CHOICES:
+            raise ValueError(f"fused_cross_entropy must be one of {FUSED_CE_CHOICES}, got {fused_cross_entropy!r}")
+        if fused_cross_entropy == "liger" and label_smoothing > 0:
+            raise ValueError("criterion.fused_cross_entropy=liger needs label_smoothing=0 "
+                             "(the fused kernel cannot also give the logged nll)")
         self.eps = label_smoothing
+        self.fused_choice = fused_cross_entropy
+        self._fused_fn = None
+        self._fused_logged = False
+        self.last_path = None
         sentinels = getattr(task, "sentinels", None)
         self.first_sentinel = sentinels.first_sentinel if sentinels is not None else None
         self.eos = task.target_dictionary.eos()
 
     def forward(self, model, sample, reduce=True):
+        target = sample["target"]  # (B, T)
+        if self._use_fused(model):
+            loss, nll, predicted = self._fused_loss(model, sample, target)
+        else:
+            loss, nll, predicted = self._eager_loss(model, sample, target)
+        ntokens = sample["ntokens"]
+        log = {"loss": loss.data, "nll_loss": nll.data, "ntokens": ntokens,
+               "nsentences": sample["nsentences"], "sample_size": ntokens}
+        log.update(self._accuracy(predicted, target))
+        log.update(self._language_shares(sample, target))
+        return loss, ntokens, log
+
+    def _eager_loss(self, model, sample, target):
+        self.last_path = "eager"
         net_output = model(**sample["net_input"])
         lprobs = model.get_normalized_probs(net_output, log_probs=True).float()  # (B, T, V)
-        target = sample["target"]  # (B, T)
         flat = lprobs.view(-1, lprobs.size(-1))
         nll = F.nll_loss(flat, target.view(-1), ignore_index=self.padding_idx, reduction="sum")
         loss = nll
@@ -42,30 +99,65 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
             keep = target.view(-1).ne(self.padding_idx)
             smooth = -flat.sum(-1)[keep].sum() / flat.size(-1)
             loss = (1 - self.eps) * nll + self.eps * smooth
-        ntokens = sample["ntokens"]
-        log = {"loss": loss.data, "nll_loss": nll.data, "ntokens": ntokens,
-               "nsentences": sample["nsentences"], "sample_size": ntokens}
-        log.update(self._accuracy(lprobs, target))
-        log.update(self._language_shares(sample, target))
-        return loss, ntokens, log
+        with torch.no_grad():
+            predicted = lprobs.argmax(-1)
+        return loss, nll, predicted
 
-    def _accuracy(self, lprobs, target):
+    def _use_fused(self, model) -> bool:
+        if self.fused_choice == "eager":
+            return False
+        if self._fused_fn is not None:
+            return True
+        reason = ""
+        decoder = getattr(model, "decoder", None)
+        weight = output_weight(decoder) if decoder is not None else None
+        if weight is None:
+            reason = "the model's decoder has no output matrix to fuse with"
+        elif weight.device.type != "cuda":
+            reason = f"the model is on {weight.device.type}, the fused kernel is CUDA only"
+        elif self.eps > 0:
+            reason = "label_smoothing > 0"
+        else:
+            cls, reason = liger_fused_linear_ce()
+            if cls is not None:
+                try:
+                    self._fused_fn = cls(ignore_index=self.padding_idx, reduction="sum",
+                                         return_predicted_tokens=True)
+                except TypeError:  # releases before return_predicted_tokens (liger-kernel 0.8)
+                    reason = "liger-kernel is too old (needs return_predicted_tokens: >= 0.8)"
+                else:
+                    logger.info("cross-entropy: liger-kernel fused linear cross-entropy (no logits in memory)")
+                    return True
+        if self.fused_choice == "liger":
+            raise RuntimeError(f"criterion.fused_cross_entropy=liger cannot run: {reason}")
+        if not self._fused_logged:
+            logger.info("cross-entropy: eager (%s)", reason)
+            self._fused_logged = True
+        return False
+
+    def _fused_loss(self, model, sample, target):
+        self.last_path = "liger"
+        features, _ = model(**sample["net_input"], features_only=True)  # (B, T, C)
+        weight = output_weight(model.decoder)
+        out = self._fused_fn(weight, features.reshape(-1, features.size(-1)), target.reshape(-1))
+        loss = out.loss.float()
+        return loss, loss, out.predicted_tokens.view_as(target)
+
+    def _accuracy(self, predicted, target):
         with torch.no_grad():
             masked = target.ne(self.padding_idx) & target.ne(self.eos)
             if self.first_sentinel is not None:
                 masked &= target.lt(self.first_sentinel)
-            correct = (lprobs.argmax(-1).eq(target) & masked).sum()
-        return {"n_masked": masked.sum().item(), "n_correct": correct.item()}
+            correct = (predicted.eq(target) & masked).sum()
+        return {"n_masked": masked.sum(), "n_correct": correct}
 
     def _language_shares(self, sample, target):
         names = getattr(self.task, "languages", None)
         if "language" not in sample or not names:
             return {}
         counts = target.ne(self.padding_idx).sum(1)
-        out = {}
-        for k, name in enumerate(names):
-            out[f"lang_tokens:{name}"] = counts[sample["language"] == k].sum().item()
-        return out
+        per_language = counts.new_zeros(len(names)).index_add_(0, sample["language"].to(counts.device), counts)
+        return {f"lang_tokens:{name}": per_language[k] for k, name in enumerate(names)}
 
     @staticmethod
     def reduce_metrics(logging_outputs) -> None:
@@ -75,9 +167,12 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
         metrics.log_scalar("loss", loss / max(sample_size, 1) / math.log(2), sample_size, round=3)
         metrics.log_scalar("nll_loss", nll / max(ntokens, 1) / math.log(2), ntokens, round=3)
         metrics.log_derived("ppl", lambda m: 2 ** m["nll_loss"].avg if m["nll_loss"].avg < 64 else float("inf"))
-        n_masked = total("n_masked")
-        if n_masked:
-            metrics.log_scalar("masked_accuracy", 100.0 * total("n_correct") / n_masked, n_masked, round=2)
+        if any("n_masked" in log for log in logging_outputs):
+            # sums, read only when the logs are printed: no host sync here
+            # (a leading "_" keeps fairseq from printing the counts themselves)
+            metrics.log_scalar_sum("_n_masked", total("n_masked"))
+            metrics.log_scalar_sum("_n_correct", total("n_correct"))
+            metrics.log_derived("masked_accuracy", _masked_accuracy)
         keys = {k for log in logging_outputs for k in log if k.startswith("lang_tokens:")}
         for key in sorted(keys):
             metrics.log_scalar("share_" + key.split(":", 1)[1], total(key) / max(ntokens, 1), ntokens, round=3)
@@ -85,3 +180,18 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+def _masked_accuracy(meters):
+    n = float(meters["_n_masked"].sum)
+    return round(100.0 * float(meters["_n_correct"].sum) / n, 2) if n else 0.0
+
+
+def output_weight(decoder):
+    """The (V, C) matrix of an ast_t5 decoder's output layer (tied embedding or separate head)."""
+    projection = getattr(decoder, "output_projection", None)
+    if projection is not None:
+        return getattr(projection, "weight", None)
+    if hasattr(decoder, "output_layer") and hasattr(decoder, "embed_tokens"):
+        return decoder.embed_tokens.weight
+    return None

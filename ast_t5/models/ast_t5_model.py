@@ -8,11 +8,24 @@ and its decoder is a FairseqIncrementalDecoder, so fairseq's criterions and Sequ
 Building one without a task (tests, demos, conversion)::
 
     model = AstT5Model.from_dictionary(dictionary, arch="t5_v11_tiny", dropout=0.0)
+
+With ``model.compile=true`` the model's own ``forward`` (what fairseq's trainer and the criterion
+call: encoder, decoder and output layer in one graph) runs through ``torch.compile``, created at
+the first call, inside fairseq's trainer, after it has moved and cast the model. Source and
+target lengths are padded to multiples of ``compile_pad_multiple`` first (and the outputs cropped
+back; padding is masked in the encoder and lies after every real position of the causal decoder,
+so real positions see exactly what they saw before), so the graphs see a bounded set of shapes;
+the batch dimension and the length buckets then become dynamic after the first recompilation
+(torch's automatic dynamic shapes). Every compilation is logged with its wall time. The encoder
+and decoder called on their own (generation, incremental decoding, export) stay eager.
 """
 import logging
+import time
 from typing import Optional
 
+import torch
 import torch.nn as nn
+import torch.nn.functional as F
 from fairseq.models import FairseqEncoderDecoderModel, register_model
 
 import fused_ops
@@ -32,6 +45,38 @@ class AstT5Model(FairseqEncoderDecoderModel):
     def __init__(self, cfg: AstT5Config, encoder: T5Encoder, decoder: T5Decoder):
         super().__init__(encoder, decoder)
         self.cfg = cfg
+        self._compiled_forward = None
+        self.compile_seconds = 0.0  # total wall time of the calls that compiled a graph
+
+    def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        """fairseq's encoder-decoder forward; compiled with bucketed lengths when cfg.compile."""
+        if not self.cfg.compile:
+            return super().forward(src_tokens, src_lengths, prev_output_tokens, **kwargs)
+        pad = self.encoder.padding_idx
+        tgt_len = prev_output_tokens.size(1)
+        src = pad_to_bucket(src_tokens, self.cfg.compile_pad_multiple, self.encoder.max_source_positions, pad)
+        prev = pad_to_bucket(prev_output_tokens, self.cfg.compile_pad_multiple,
+                             self.decoder.max_target_positions, pad)
+        if self._compiled_forward is None:
+            # One eager forward without gradients first: code that logs once (the attention
+            # backends' choice) runs here, outside the traced graph, where a logging call would
+            # split the graph and force a recompilation at the next update.
+            with torch.no_grad():
+                self._eager_forward(src, src_lengths, prev, **kwargs)
+            self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
+        graphs = _compiled_graph_count()
+        start = time.perf_counter()
+        x, extra = self._compiled_forward(src, src_lengths, prev, **kwargs)
+        if _compiled_graph_count() != graphs:
+            seconds = time.perf_counter() - start
+            self.compile_seconds += seconds
+            logger.info("torch.compile: new graph for batch %d x source %d / target %d (%s) in %.1f s "
+                        "(%.1f s in all)", src.size(0), src.size(1), prev.size(1),
+                        "training" if self.training else "eval", seconds, self.compile_seconds)
+        return (x[:, :tgt_len] if x.size(1) != tgt_len else x), extra
+
+    def _eager_forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
+        return super().forward(src_tokens, src_lengths, prev_output_tokens, **kwargs)
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -79,6 +124,12 @@ class AstT5Model(FairseqEncoderDecoderModel):
                 total -= self.decoder.output_projection.weight.numel()
         return total
 
+    def __getstate__(self):  # a compiled function does not pickle or deep-copy; it is rebuilt lazily
+        state = super().__getstate__() if hasattr(super(), "__getstate__") else self.__dict__.copy()
+        state = dict(state)
+        state["_compiled_forward"] = None
+        return state
+
     @property
     def family(self) -> str:
         return str(self.cfg.family)
@@ -86,3 +137,20 @@ class AstT5Model(FairseqEncoderDecoderModel):
     @property
     def tied_output(self) -> bool:
         return structure(self.cfg).tie_output
+
+
+def pad_to_bucket(tokens: torch.Tensor, multiple: int, limit: int, pad: int) -> torch.Tensor:
+    """(B, L) right-padded with ``pad`` to the next multiple of ``multiple`` (at most ``limit``,
+    never shorter than L)."""
+    length = tokens.size(1)
+    target = max(length, min(-(-length // multiple) * multiple, limit))
+    return tokens if target == length else F.pad(tokens, (0, target - length), value=pad)
+
+
+def _compiled_graph_count() -> int:
+    """Graphs torch.compile has produced in this process (dynamo's own counter)."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["stats"]["unique_graphs"])
+    except Exception:  # the counter is not public API; without it compilations go unlogged
+        return 0

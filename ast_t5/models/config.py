@@ -82,6 +82,15 @@ class AstT5Config(FairseqDataclass):
     checkpoint_activations: bool = field(
         default=False, metadata={"help": "recompute each layer's activations in backward (saves memory)"})
     init_factor: float = field(default=1.0, metadata={"help": "multiplier of every initialization std"})
+    compile: bool = field(default=False, metadata={
+        "help": "torch.compile the training forward (model(...) as fairseq's trainer and criterion "
+                "call it); generation and incremental decoding stay eager. The compile time is logged"})
+    compile_backend: str = field(default="inductor", metadata={
+        "help": "torch.compile backend (inductor: generated kernels; aot_eager: traced graphs run "
+                "by PyTorch's own ops, compiles in seconds, for tests)"})
+    compile_pad_multiple: int = field(default=64, metadata={
+        "help": "with compile: source and target lengths are padded to a multiple of this inside "
+                "the model (outputs cropped back), so the compiled graphs see a bounded set of shapes"})
 
 
 def structure(cfg: AstT5Config) -> FamilyStructure:
@@ -131,5 +140,7 @@ def validate(cfg: AstT5Config) -> None:
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ValueError(f"model.{name} must be in [0, 1), got {getattr(cfg, name)}")
+    if cfg.compile_pad_multiple < 1:
+        raise ValueError(f"model.compile_pad_multiple must be >= 1, got {cfg.compile_pad_multiple}")
     if cfg.init_factor <= 0:
         raise ValueError(f"model.init_factor must be > 0, got {cfg.init_factor}")

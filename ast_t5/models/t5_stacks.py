@@ -46,6 +46,15 @@ def _check_length(length: int, limit: int, what: str) -> None:
                          f"(the learned position table); filter or crop longer inputs")
 
 
+def _mask_if_any(mask: Tensor) -> Optional[Tensor]:
+    """The padding mask, or None when nothing is padded (lets SDPA take mask-free kernels). Under
+    torch.compile the mask is always kept: testing it reads a value back to the host and splits
+    the compiled graph (model.compile pads lengths to buckets, so batches have padding anyway)."""
+    if torch.compiler.is_compiling():
+        return mask
+    return mask if mask.any() else None
+
+
 class _StackMixin:
     """Embedding recipe and layer loop shared by the encoder and the decoder."""
 
@@ -101,7 +110,7 @@ class T5Encoder(_StackMixin, FairseqEncoder):
             _check_length(src_tokens.size(1), self.max_source_positions, "source")
             positions = ((~padding_mask).long().cumsum(dim=1) - 1).clamp(min=0)  # skips left padding
         x = self._embed(src_tokens, positions)
-        attn_mask = padding_mask if padding_mask.any() else None  # lets SDPA take mask-free kernels
+        attn_mask = _mask_if_any(padding_mask)
         shared_bias = None
         if self.rel_pos_bias is not None:
             shared_bias, attn_mask, _ = fold_masks(
@@ -175,7 +184,7 @@ class T5Decoder(_StackMixin, FairseqIncrementalDecoder):
         if encoder_out is not None and len(encoder_out["encoder_out"]) > 0:
             enc = encoder_out["encoder_out"][0].transpose(0, 1)  # (B, S, C)
             enc_mask = encoder_out["encoder_padding_mask"][0]
-            enc_mask = enc_mask if enc_mask.any() else None
+            enc_mask = _mask_if_any(enc_mask)
         self_bias, causal = None, incremental_state is None  # a cached step sees every cached key
         if self.rel_pos_bias is not None:
             self_bias, _, causal = fold_masks(self.attention_backend,

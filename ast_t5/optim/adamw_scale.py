@@ -8,6 +8,11 @@ Update for a parameter ``p`` with Adam moments ``m``, ``v``::
 
 so the effective learning rate is relative to the parameter's scale, which makes one ``lr`` fit
 matrices of very different initial scales (T5 initialises embeddings and projections differently).
+
+Two implementations of the same update: ``foreach=True`` (the default) updates all parameters of a
+device and dtype with torch's multi-tensor kernels and keeps each parameter's RMS as a device
+tensor, so a step never reads a value back to the host; ``foreach=False`` is the per-parameter
+loop it is tested against. Clipping goes through ast_t5.optim.clipping (device-safe, foreach).
 """
 import ast
 import math
@@ -20,17 +25,19 @@ from fairseq.dataclass import FairseqDataclass
 from fairseq.optim import FairseqOptimizer, register_optimizer
 from omegaconf import II
 
+from .clipping import OwnClipMixin
+
 RMS_FLOOR = 1e-3  # Adafactor's epsilon2: parameters near zero still move (Shazeer & Stern, 2018)
 
 
 class AdamWScale(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 rms_floor=RMS_FLOOR):
+                 rms_floor=RMS_FLOOR, foreach=True):
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"invalid AdamWScale settings lr={lr} betas={betas} eps={eps} "
                              f"weight_decay={weight_decay}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      rms_floor=rms_floor))
+                                      rms_floor=rms_floor, foreach=foreach))
 
     @property
     def supports_memory_efficient_fp16(self):
@@ -44,22 +51,64 @@ class AdamWScale(torch.optim.Optimizer):
     def step(self, closure=None):
         loss = closure() if closure is not None else None
         for group in self.param_groups:
-            beta1, beta2 = group["betas"]
-            for p in group["params"]:
-                if p.grad is None:
-                    continue
+            params = [p for p in group["params"] if p.grad is not None]
+            for p in params:
                 if p.grad.is_sparse:
                     raise RuntimeError("AdamWScale does not support sparse gradients")
-                self._update(p, group, beta1, beta2)
+            if group.get("foreach", True):
+                self._foreach_update(params, group)
+            else:
+                beta1, beta2 = group["betas"]
+                for p in params:
+                    self._update(p, group, beta1, beta2)
         return loss
 
-    def _update(self, p, group, beta1, beta2):
-        grad = p.grad.float()
+    def _state(self, p):
         state = self.state[p]
         if not state:
             state["step"] = 0
             state["exp_avg"] = torch.zeros_like(p, dtype=torch.float32)
             state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
+        return state
+
+    def _foreach_update(self, params, group):
+        """The update of ``_update`` for many parameters at once, without host synchronization."""
+        beta1, beta2 = group["betas"]
+        by_key = {}
+        for p in params:
+            state = self._state(p)
+            state["step"] += 1
+            by_key.setdefault((p.device, p.dtype, state["step"]), []).append(p)
+        for (_, dtype, t), ps in by_key.items():
+            states = [self.state[p] for p in ps]
+            m = [s["exp_avg"] for s in states]
+            v = [s["exp_avg_sq"] for s in states]
+            grads = [p.grad if p.grad.dtype == torch.float32 else p.grad.float() for p in ps]
+            p32 = ps if dtype == torch.float32 else [p.float() for p in ps]
+            torch._foreach_mul_(m, beta1)
+            torch._foreach_add_(m, grads, alpha=1 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, value=1 - beta2)
+            # per-parameter step scale as device tensors: -lr * max(floor, ||p|| / sqrt(numel)) * bias terms
+            bc1, bc2 = 1 - beta1 ** t, 1 - beta2 ** t
+            scales = list(torch._foreach_norm(p32, 2))
+            torch._foreach_mul_(scales, [p.numel() ** -0.5 for p in ps])
+            torch._foreach_clamp_min_(scales, group["rms_floor"])
+            torch._foreach_mul_(scales, -group["lr"] * math.sqrt(bc2) / bc1)
+            denom = torch._foreach_sqrt(v)
+            torch._foreach_add_(denom, group["eps"] * math.sqrt(bc2))
+            update = torch._foreach_div(m, denom)
+            torch._foreach_mul_(update, scales)
+            if group["weight_decay"]:
+                torch._foreach_mul_(p32, 1 - group["lr"] * group["weight_decay"])
+            torch._foreach_add_(p32, update)
+            if dtype != torch.float32:
+                torch._foreach_copy_(ps, p32)
+
+    def _update(self, p, group, beta1, beta2):
+        """Reference: one parameter at a time (reads the RMS back to the host)."""
+        grad = p.grad.float()
+        state = self._state(p)
         state["step"] += 1
         t = state["step"]
         m, v = state["exp_avg"], state["exp_avg_sq"]
@@ -82,11 +131,13 @@ class AdamWScaleConfig(FairseqDataclass):
     adam_eps: float = field(default=1e-8, metadata={"help": "epsilon"})
     weight_decay: float = field(default=0.0, metadata={"help": "decoupled weight decay"})
     rms_floor: float = field(default=RMS_FLOOR, metadata={"help": "smallest parameter RMS used for scaling"})
+    foreach: bool = field(default=True, metadata={
+        "help": "multi-tensor (foreach) update without host syncs; false: the per-parameter loop"})
     lr: List[float] = II("optimization.lr")
 
 
 @register_optimizer("adamw_scale", dataclass=AdamWScaleConfig)
-class FairseqAdamWScale(FairseqOptimizer):
+class FairseqAdamWScale(OwnClipMixin, FairseqOptimizer):
     def __init__(self, cfg: AdamWScaleConfig, params):
         super().__init__(cfg)
         betas = ast.literal_eval(cfg.adam_betas) if isinstance(cfg.adam_betas, str) else tuple(cfg.adam_betas)
@@ -96,4 +147,4 @@ class FairseqAdamWScale(FairseqOptimizer):
     def optimizer_config(self):
         lr = self.cfg.lr[0] if isinstance(self.cfg.lr, Sequence) else self.cfg.lr
         return {"lr": lr, "eps": self.cfg.adam_eps, "weight_decay": self.cfg.weight_decay,
-                "rms_floor": self.cfg.rms_floor}
+                "rms_floor": self.cfg.rms_floor, "foreach": self.cfg.foreach}

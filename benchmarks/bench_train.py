@@ -1,0 +1,531 @@
+"""Pre-training throughput through the real trainer, against the compiled Hugging Face recipe.
+
+    python benchmarks/bench_train.py --device cuda               # T5-base, bf16, compiled (minutes)
+    python benchmarks/bench_train.py --device cuda --profile     # + the time budget of one update
+    python benchmarks/bench_train.py --device cpu                # tiny shape, what CI runs (seconds)
+
+Ours is exactly what ``fairseq-hydra-train --config-name base`` runs per update: the config is
+composed from config/pretrain/<config>.yaml with Hydra, and fairseq's ``Trainer.train_step`` runs
+our task (``ast_t5_pretraining``), criterion (``ast_t5_span_cross_entropy``), optimizer
+(``adamw_scale``, through fairseq's bf16 wrapper with fp32 master weights when
+``common.bf16=true``), clipping and lr schedule, on batches made in memory (random tokens in
+span-corruption shape: the source right-padded by a different amount per row, the target
+starting with ``</s>``; the task needs only a dictionary, so no corpus is read).
+
+In the same run, Hugging Face ``T5ForConditionalGeneration`` of the same shape and weights trains
+with the nanoT5 recipe: fp32 weights, bf16 autocast, ``torch.compile``, ``torch.optim.AdamW``,
+gradient clipping at the same norm, on identical batches. Each is warmed up (compilation
+included; its peak memory above what was resident before it is measured there), then
+``--repeats`` blocks of ``--updates`` updates alternate between the two, first one then the
+other first; the median seconds per update of each is reported.
+
+FLOPs per update (DESIGN.md section 8), from the padded batch shapes (what the hardware computes):
+``6 x (encoder params x B x S + decoder params incl. the output head x B x T)`` plus attention's
+``3 x 4 x B x heads x head_dim x (enc_layers x S^2 + dec_layers x (T^2 + T x S))`` (q k^T and p v,
+forward and backward; embeddings excluded, causal attention counted in full). MFU divides by the
+device's dense bf16 peak (H100 SXM: 989 TFLOP/s; ``--peak-tflops`` overrides). Tokens/s counts
+non-pad source plus target tokens.
+
+``--profile`` splits one update of ours into forward (criterion call), backward, optimizer (clip and
+step), data (making and collating a batch with the real masking code on one core, and the copy to
+the device), and the rest of ``Trainer.train_step`` (fairseq's bookkeeping, host syncs, log
+reduction), each timed with device synchronization around it, beside its floor (FLOPs at the
+measured matrix-multiply rate; optimizer bytes at the measured copy bandwidth). On CUDA it also
+lists every host synchronization in one update (``torch.cuda.set_sync_debug_mode``) by call site.
+"""
+import argparse
+import contextlib
+import copy
+import json
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_model import PAD, model_flops_per_step, peak_tflops  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_DIR = os.path.join(REPO, "config", "pretrain")
+logger = logging.getLogger("bench_train")
+
+# (config, vocabulary, batch, source length, target length) per device: the GPU shape is nanoT5's
+# and the issue's (B64 x 512/114); the CPU shape is the tiny config, fast enough for CI.
+SHAPES = {"cuda": ("base", 32128, 64, 512, 114), "cpu": ("tiny", 512, 4, 64, 16)}
+NUM_SENTINELS = 100
+OPTIMIZER_BYTES_PER_PARAM = 36  # fp32 master p, m, v read + written (24), fp32 grad read (4),
+# bf16 grad read and bf16 weight write (4), the fp32 grad written by the bf16 wrapper (4)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def write_task_dir(root: str, vocab: int, num_sentinels: int = NUM_SENTINELS) -> str:
+    """The three files ast_t5_pretraining reads at setup: dict.txt, tokenizer.json, data_weights.json."""
+    from fairseq.data import Dictionary
+
+    n_pieces = vocab - len(Dictionary()) - num_sentinels
+    with open(os.path.join(root, "dict.txt"), "w", encoding="utf-8") as f:
+        for i in range(n_pieces):
+            f.write(f"piece{i} 1\n")
+        for i in range(num_sentinels):
+            f.write(f"<sentinel_{i}> 1\n")
+    with open(os.path.join(root, "tokenizer.json"), "w", encoding="utf-8") as f:
+        json.dump({"vocab_size": vocab, "num_sentinels": num_sentinels}, f)
+    with open(os.path.join(root, "data_weights.json"), "w", encoding="utf-8") as f:
+        json.dump({"python": 1.0}, f)
+    return root
+
+
+def compose(config: str, overrides):
+    """The config fairseq-hydra-train would run (Hydra 1.1 semantics, fairseq's schema)."""
+    import hydra_plugins.ast_t5_hydra  # noqa: F401  (the ${ast_t5_user_dir:} resolver)
+    from fairseq.dataclass.initialize import add_defaults, hydra_init
+    from hydra import compose as hydra_compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from omegaconf import OmegaConf
+
+    GlobalHydra.instance().clear()
+    hydra_init(config)
+    with initialize_config_dir(config_dir=CONFIG_DIR, version_base="1.1"):
+        cfg = hydra_compose(config_name=config, overrides=list(overrides))
+    add_defaults(cfg)
+    cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True, enum_to_str=True))
+    OmegaConf.set_struct(cfg, True)
+    return cfg
+
+
+def build_trainer(config: str, data_dir: str, overrides=()):
+    """fairseq's Trainer with our task, model, criterion and optimizer, as fairseq_cli.train builds it."""
+    from fairseq import tasks, utils
+    from fairseq.trainer import Trainer
+
+    cfg = compose(config, [f"task.data={data_dir}", "dataset.num_workers=0", "optimization.update_freq=[1]",
+                           "common.tensorboard_logdir=null", *overrides])
+    utils.import_user_module(cfg.common)
+    np.random.seed(cfg.common.seed)
+    utils.set_torch_seed(cfg.common.seed)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)
+    criterion = task.build_criterion(cfg.criterion)
+    initial = copy.deepcopy(model.state_dict())
+    trainer = Trainer(cfg, task, model, criterion)
+    trainer.lr_step(0)  # builds the optimizer and sets the first lr, as train.py's begin
+    return cfg, task, trainer, initial
+
+
+def make_batches(count: int, batch: int, src_len: int, tgt_len: int, vocab: int, seed: int = 0):
+    """Batches in the task's collated format; the source rows padded by different amounts."""
+    g = torch.Generator().manual_seed(seed)
+    first_regular, eos = 4, 2
+    out = []
+    for k in range(count):
+        src = torch.randint(first_regular, vocab - NUM_SENTINELS, (batch, src_len), generator=g)
+        tgt = torch.randint(first_regular, vocab - NUM_SENTINELS, (batch, tgt_len), generator=g)
+        lengths = torch.full((batch,), src_len)
+        for i in range(batch):
+            cut = src_len - ((i + k) % batch) * src_len // (4 * batch)
+            src[i, cut:] = PAD
+            lengths[i] = cut
+        src[torch.arange(batch), lengths - 1] = eos
+        tgt[:, -1] = eos
+        prev = torch.cat([torch.full((batch, 1), eos), tgt[:, :-1]], dim=1)
+        out.append({"id": torch.arange(batch), "nsentences": batch, "ntokens": int(tgt.ne(PAD).sum()),
+                    "net_input": {"src_tokens": src, "src_lengths": lengths, "prev_output_tokens": prev},
+                    "target": tgt})
+    return out
+
+
+def batch_tokens(sample) -> int:
+    return int(sample["net_input"]["src_tokens"].ne(PAD).sum() + sample["target"].ne(PAD).sum())
+
+
+def flops_per_update(model, sample) -> float:
+    n = sample["net_input"]
+    return model_flops_per_step(model, (n["src_tokens"], n["prev_output_tokens"], sample["target"]))
+
+
+def _warm_up(update, batches, count, device, resident_before=0):
+    """Run ``count`` untimed updates (compilation happens here); seconds and the peak memory
+    above ``resident_before`` bytes (CUDA)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    start = time.perf_counter()
+    for k in range(count):
+        update(batches[k % len(batches)])
+    _sync(device)
+    seconds = time.perf_counter() - start
+    peak = (torch.cuda.max_memory_allocated() - resident_before) / 2**30 if device.type == "cuda" else None
+    return seconds, peak
+
+
+def interleaved_blocks(updates_by_name, batches, updates, repeats, device):
+    """Median seconds per update per name: ``repeats`` blocks of ``updates`` updates each,
+    alternating which one goes first, so that load drifts hit both alike."""
+    times = {name: [] for name in updates_by_name}
+    names = list(updates_by_name)
+    k = 0
+    for r in range(repeats):
+        for name in (names if r % 2 == 0 else names[::-1]):
+            _sync(device)
+            start = time.perf_counter()
+            for _ in range(updates):
+                updates_by_name[name](batches[k % len(batches)])
+                k += 1
+            _sync(device)
+            times[name].append((time.perf_counter() - start) / updates)
+    return {name: statistics.median(t) for name, t in times.items()}, times
+
+
+def setup_ours(args, device, data_dir):
+    """fairseq's Trainer for ``args.config`` and an update function over it."""
+    overrides = [f"common.cpu={'true' if device.type == 'cpu' else 'false'}",
+                 f"common.bf16={'true' if args.bf16 else 'false'}",
+                 f"++model.compile={'true' if args.compile else 'false'}",
+                 f"++model.attention_backend={args.backend}",
+                 f"++criterion.fused_cross_entropy={args.fused_ce}",
+                 "common.log_interval=1000000"]
+    if args.compile_backend:
+        overrides.append(f"++model.compile_backend={args.compile_backend}")
+    _, _, trainer, initial = build_trainer(args.config, data_dir, overrides + list(args.override))
+    losses, ooms = [], []
+    log_oom = trainer._log_oom
+    trainer._log_oom = lambda e: (ooms.append(1), log_oom(e))  # count fairseq's OOM recoveries
+
+    def update(sample):
+        log = trainer.train_step([sample])
+        if log is not None and "loss" in log:
+            losses.append(float(log["loss"]))
+
+    def info():
+        model = trainer.model
+        return {"num_updates": trainer.get_num_updates(), "loss_last": losses[-1] if losses else None,
+                "compile_seconds": getattr(model, "compile_seconds", 0.0),
+                "ce_path": getattr(trainer.criterion, "last_path", None),
+                "param_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
+                "oom_recoveries": len(ooms)}
+    return trainer, initial, update, info
+
+
+def setup_hf(args, device, initial, ours_cfg, vocab):
+    """nanoT5's recipe: fp32 weights, bf16 autocast, torch.compile, AdamW, clipping."""
+    from transformers import T5ForConditionalGeneration
+
+    from ast_t5.models.hf_conversion import hf_t5_config, ours_to_hf_state_dict
+
+    model = T5ForConditionalGeneration(hf_t5_config(ours_cfg, vocab))
+    model.load_state_dict(ours_to_hf_state_dict(initial))
+    model = model.to(device).train()
+    forward = torch.compile(model) if args.hf_compile else model
+    opt = torch.optim.AdamW(model.parameters(), lr=args.hf_lr)
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16) if args.bf16 else contextlib.nullcontext()
+    losses = []
+
+    def update(sample):
+        n = sample["net_input"]
+        src = n["src_tokens"].to(device, non_blocking=True)
+        prev = n["prev_output_tokens"].to(device, non_blocking=True)
+        tgt = sample["target"].to(device, non_blocking=True)
+        with autocast:
+            logits = forward(input_ids=src, attention_mask=src.ne(PAD), decoder_input_ids=prev).logits
+        loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1), ignore_index=PAD)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_norm)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(loss.detach())
+
+    def info():
+        return {"loss_last": float(losses[-1]) if losses else None}
+    return update, info
+
+
+def measured_ceilings(device):
+    """Matrix-multiply rate (bf16 on CUDA, fp32 on CPU) and device copy bandwidth, measured here."""
+    n = 8192 if device.type == "cuda" else 512
+    dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    a, b = torch.randn(n, n, device=device, dtype=dtype), torch.randn(n, n, device=device, dtype=dtype)
+    reps = 20 if device.type == "cuda" else 5
+    for _ in range(2):
+        a @ b
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        a @ b
+    _sync(device)
+    flops = 2 * n ** 3 * reps / (time.perf_counter() - start)
+    x = torch.empty(2**28 if device.type == "cuda" else 2**24, dtype=torch.uint8, device=device)
+    y = torch.empty_like(x)
+    y.copy_(x)
+    _sync(device)
+    start = time.perf_counter()
+    for _ in range(reps):
+        y.copy_(x)
+    _sync(device)
+    bandwidth = 2 * x.numel() * reps / (time.perf_counter() - start)
+    return flops, bandwidth
+
+
+def profile_update(args, trainer, batches, device):
+    """Seconds per part of one update (median over repeats) and each part's floor."""
+    from fairseq import utils as fairseq_utils
+
+    model, criterion, optimizer = trainer.model, trainer.criterion, trainer.optimizer
+    sample = batches[0]
+    cast = (lambda t: t.to(torch.bfloat16) if t.dtype == torch.float32 else t) if args.bf16 else (lambda t: t)
+    parts = {k: [] for k in ("forward", "backward", "optimizer", "data_copy", "train_step")}
+
+    def timed(fn):
+        _sync(device)
+        start = time.perf_counter()
+        out = fn()
+        _sync(device)
+        return out, time.perf_counter() - start
+
+    for r in range(args.repeats + 1):
+        on_device, t_copy = timed(lambda: fairseq_utils.apply_to_sample(
+            cast, fairseq_utils.move_to_cuda(sample) if device.type == "cuda" else sample))
+        model.train()
+        optimizer.zero_grad()
+        (loss, _, _), t_fwd = timed(lambda: criterion(model, on_device))
+        _, t_bwd = timed(lambda: optimizer.backward(loss))
+
+        def opt_step():
+            optimizer.clip_grad_norm(trainer.cfg.optimization.clip_norm)
+            optimizer.step()
+            optimizer.zero_grad()
+        _, t_opt = timed(opt_step)
+        _, t_step = timed(lambda: trainer.train_step([sample]))
+        if r:  # the first round warms up
+            for key, value in zip(parts, (t_fwd, t_bwd, t_opt, t_copy, t_step)):
+                parts[key].append(value)
+    seconds = {k: statistics.median(v) for k, v in parts.items()}
+    seconds["data_make"] = data_make_seconds(sample)
+    seconds["trainer_rest"] = max(0.0, seconds["train_step"] - seconds["forward"] - seconds["backward"]
+                                  - seconds["optimizer"] - seconds["data_copy"])
+    flop_rate, bandwidth = measured_ceilings(device)
+    fwd_flops = flops_per_update(model, sample) / 3.0
+    n_params = sum(p.numel() for p in model.parameters())
+    floors = {"forward": fwd_flops / flop_rate, "backward": 2 * fwd_flops / flop_rate,
+              "optimizer": OPTIMIZER_BYTES_PER_PARAM * n_params / bandwidth,
+              "data_copy": 3 * 8 * sample["net_input"]["src_tokens"].numel() / bandwidth,
+              "data_make": 0.0, "trainer_rest": 0.0, "train_step": 3 * fwd_flops / flop_rate}
+    syncs = sync_sites(trainer, sample) if device.type == "cuda" else None
+    ops = op_shares(trainer, sample) if device.type == "cuda" else None
+    return {"seconds": seconds, "floors": floors, "matmul_flops_per_s": flop_rate,
+            "copy_bytes_per_s": bandwidth, "params": n_params, "host_syncs": syncs, "gpu_op_shares": ops}
+
+
+def op_shares(trainer, sample, top: int = 12):
+    """Share of the GPU time of one train_step per aten op (torch.profiler), the top ones and copy_."""
+    from torch.profiler import ProfilerActivity, profile
+
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        trainer.train_step([sample])
+        torch.cuda.synchronize()
+    device_time = lambda e: getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+    ops = [(e.key, device_time(e)) for e in prof.key_averages() if e.key.startswith("aten::")]
+    total = sum(t for _, t in ops) or 1
+    shares = {k: t / total for k, t in sorted(ops, key=lambda x: -x[1])[:top]}
+    shares["aten::copy_ (all)"] = sum(t for k, t in ops if k == "aten::copy_") / total
+    return shares
+
+
+def data_make_seconds(sample, repeats: int = 3) -> float:
+    """One core making this batch's samples with the real T5 span corruption, then collating."""
+    from ast_t5.data.span_corruption_dataset import collate_seq2seq
+    from ast_t5.data.t5_span_masking import t5_span_corruption
+    from ast_t5.data.sentinels import SentinelSpec
+
+    src = sample["net_input"]["src_tokens"]
+    vocab = int(src.max()) + NUM_SENTINELS + 1
+    spec = SentinelSpec(vocab, NUM_SENTINELS, 2)
+    rows = [r[r.ne(PAD)].numpy() for r in src]
+    times = []
+    for k in range(repeats):
+        start = time.perf_counter()
+        samples = []
+        for i, row in enumerate(rows):
+            rng = np.random.default_rng([k, i])
+            s, t = t5_span_corruption(row, 0.15, 3.0, rng, sentinels=spec)
+            samples.append({"id": i, "source": torch.as_tensor(s), "target": torch.as_tensor(t)})
+        collate_seq2seq(samples, PAD, 2)
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+def sync_sites(trainer, sample):
+    """Call sites of every host synchronization in one CUDA train_step (sync debug mode 'warn')."""
+    sites = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            trainer.train_step([sample])
+        finally:
+            torch.cuda.set_sync_debug_mode("default")
+    for w in caught:
+        if "synchroniz" not in str(w.message).lower():
+            continue
+        where = f"{os.path.relpath(w.filename, REPO) if w.filename.startswith(REPO) else w.filename}:{w.lineno}"
+        sites[where] = sites.get(where, 0) + 1
+    return sites
+
+
+def report(args, device, shape, ours, hf, profile, flops, tokens):
+    name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
+    peak = peak_tflops(name, args.peak_tflops) if device.type == "cuda" else float("nan")
+    config, vocab, batch, src_len, tgt_len = shape
+    out = {"device": name, "torch": torch.__version__, "config": config, "vocab": vocab, "batch": batch,
+           "src_len": src_len, "tgt_len": tgt_len, "bf16": args.bf16, "compile": args.compile,
+           "flops_per_update": flops, "tokens_per_update": tokens, "peak_tflops": peak}
+    logger.info("%s, torch %s: config %s, batch %d x source %d / target %d, vocab %d, bf16 %s, compile %s; "
+                "%.3g FLOP/update (6 x params x padded tokens per stack + attention, fwd+bwd)", name,
+                torch.__version__, config, batch, src_len, tgt_len, vocab, args.bf16, args.compile, flops)
+    rows = [("ours (fairseq Trainer.train_step)", "ours", ours)]
+    if hf is not None:
+        rows.append(("HF T5 (nanoT5 recipe)", "hf", hf))
+    for label, key, r in rows:
+        r["tokens_per_s"] = tokens / r["seconds_per_update"]
+        r["mfu"] = flops / r["seconds_per_update"] / (peak * 1e12)
+        out[key] = r
+        mem = f", peak memory {r['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in r else ""
+        logger.info("%-34s %8.1f ms/update  %10.0f tokens/s  MFU %5.1f%%%s  (warm-up %.1f s)", label,
+                    1e3 * r["seconds_per_update"], r["tokens_per_s"], 100 * r["mfu"], mem, r["warmup_seconds"])
+    if hf is not None:
+        out["ratio_tokens_per_s"] = ours["tokens_per_s"] / hf["tokens_per_s"]
+        logger.info("ours / HF tokens/s: %.2fx (target >= 1.5x on an H100)", out["ratio_tokens_per_s"])
+        if "peak_memory_gib" in ours:
+            out["ratio_peak_memory"] = ours["peak_memory_gib"] / hf["peak_memory_gib"]
+            logger.info("ours / HF peak memory: %.2fx (target <= 1.0x)", out["ratio_peak_memory"])
+    logger.info("ours: compile %.1f s, cross-entropy %s, parameters in %s, oom recoveries %d", ours["compile_seconds"],
+                ours["ce_path"], ours["param_dtype"], ours["oom_recoveries"])
+    if profile is not None:
+        out["profile"] = profile
+        s, f = profile["seconds"], profile["floors"]
+        logger.info("time budget of one update (median of %d; floors at %.3g FLOP/s matmul, %.3g B/s copy):",
+                    args.repeats, profile["matmul_flops_per_s"], profile["copy_bytes_per_s"])
+        for key, label in (("forward", "forward (criterion call)"), ("backward", "backward"),
+                           ("optimizer", "optimizer (clip + step)"), ("data_copy", "data: copy to device"),
+                           ("data_make", "data: mask + collate, 1 core"),
+                           ("trainer_rest", "rest of train_step (syncs, logs)"),
+                           ("train_step", "whole Trainer.train_step")):
+            logger.info("  %-34s %9.2f ms   floor %8.2f ms", label, 1e3 * s[key], 1e3 * f[key])
+        if profile["host_syncs"] is not None:
+            logger.info("host synchronizations in one update: %s", profile["host_syncs"] or "none")
+        if profile.get("gpu_op_shares"):
+            logger.info("GPU time by op in one update: %s", ", ".join(
+                f"{k} {100 * v:.1f}%" for k, v in profile["gpu_op_shares"].items()))
+    return out
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--config", default=None, help="config/pretrain/<name>.yaml (default: base on cuda, tiny on cpu)")
+    p.add_argument("--vocab", type=int, default=0)
+    p.add_argument("--batch", type=int, default=0)
+    p.add_argument("--src-len", type=int, default=0)
+    p.add_argument("--tgt-len", type=int, default=0)
+    p.add_argument("--updates", type=int, default=0, help="timed updates per repeat (default: 10 cuda, 2 cpu)")
+    p.add_argument("--repeats", type=int, default=0, help="timed blocks (default: 3 cuda, 2 cpu)")
+    p.add_argument("--warmup", type=int, default=0, help="untimed updates first, compilation included "
+                   "(default: 5 cuda, 1 cpu)")
+    p.add_argument("--backend", default="auto", help="model.attention_backend")
+    p.add_argument("--fused-ce", default="auto", choices=("auto", "eager", "liger"),
+                   help="criterion.fused_cross_entropy")
+    p.add_argument("--compile", dest="compile", action="store_true", default=None,
+                   help="model.compile=true (default on cuda)")
+    p.add_argument("--no-compile", dest="compile", action="store_false")
+    p.add_argument("--compile-backend", default="", help="model.compile_backend (default inductor)")
+    p.add_argument("--bf16", dest="bf16", action="store_true", default=None,
+                   help="common.bf16 for ours, bf16 autocast for HF (default on cuda)")
+    p.add_argument("--no-bf16", dest="bf16", action="store_false")
+    p.add_argument("--no-hf", dest="hf", action="store_false", help="skip the Hugging Face run")
+    p.add_argument("--hf-compile", dest="hf_compile", action="store_true", default=None,
+                   help="torch.compile the HF model (default on cuda)")
+    p.add_argument("--hf-lr", type=float, default=2e-4)
+    p.add_argument("--clip-norm", type=float, default=1.0, help="HF's clipping (ours: the config's)")
+    p.add_argument("--profile", action="store_true", help="time budget of one update of ours")
+    p.add_argument("--peak-tflops", type=float, default=0.0, help="override the GPU's peak bf16 TFLOP/s")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads with --device cpu (0: torch's default; 1 keeps timings stable on a shared machine)")
+    p.add_argument("--json", default="", help="write every figure to this JSON file")
+    p.add_argument("--override", action="append", default=[], help="extra Hydra override for ours (repeatable)")
+    args = p.parse_args(argv)
+    cuda = args.device == "cuda"
+    config, vocab, batch, src_len, tgt_len = SHAPES[args.device]
+    args.config = args.config or config
+    args.vocab, args.batch = args.vocab or vocab, args.batch or batch
+    args.src_len, args.tgt_len = args.src_len or src_len, args.tgt_len or tgt_len
+    args.updates = args.updates or (10 if cuda else 2)
+    args.repeats = args.repeats or (3 if cuda else 2)
+    args.warmup = args.warmup or (5 if cuda else 1)
+    args.compile = cuda if args.compile is None else args.compile
+    args.bf16 = cuda if args.bf16 is None else args.bf16
+    args.hf_compile = cuda if args.hf_compile is None else args.hf_compile
+    for name in ("vocab", "batch", "src_len", "tgt_len", "updates", "repeats", "warmup"):
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    return args
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout, force=True)
+    for noisy in ("fairseq", "ast_t5", "fused_ops", "transformers", "hydra"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    logging.getLogger("ast_t5.models.ast_t5_model").setLevel(logging.INFO)  # compile times
+    args = parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        logger.error("--device cuda: no CUDA device available")
+        return 1
+    device = torch.device(args.device)
+    if device.type == "cpu" and args.threads:
+        torch.set_num_threads(args.threads)
+    shape = (args.config, args.vocab, args.batch, args.src_len, args.tgt_len)
+    batches = make_batches(4, args.batch, args.src_len, args.tgt_len, args.vocab)
+    with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+        trainer, initial, ours_update, ours_info = setup_ours(args, device, write_task_dir(tmp, args.vocab))
+    ours = {}
+    ours["warmup_seconds"], ours["peak_memory_gib"] = _warm_up(ours_update, batches, args.warmup, device)
+    updates = {"ours": ours_update}
+    hf = None
+    if args.hf:
+        resident = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+        hf_update, hf_info = setup_hf(args, device, initial, trainer.model.cfg, args.vocab)
+        hf = {}
+        hf["warmup_seconds"], hf["peak_memory_gib"] = _warm_up(hf_update, batches, args.warmup, device, resident)
+        updates["hf"] = hf_update
+    median, blocks = interleaved_blocks(updates, batches, args.updates, args.repeats, device)
+    ours.update(seconds_per_update=median["ours"], blocks=blocks["ours"], **ours_info())
+    if hf is not None:
+        hf.update(seconds_per_update=median["hf"], blocks=blocks["hf"], **hf_info())
+    for r in (ours, hf):
+        if r is not None and r["peak_memory_gib"] is None:
+            del r["peak_memory_gib"]
+    profile = profile_update(args, trainer, batches, device) if args.profile else None
+    flops = flops_per_update(trainer.model, batches[0])
+    tokens = statistics.mean(batch_tokens(b) for b in batches)
+    out = report(args, device, shape, ours, hf, profile, flops, tokens)
+    if args.json:
+        tmp_path = args.json + ".tmp"
+        with open(tmp_path, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1, default=str)
+        os.replace(tmp_path, args.json)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

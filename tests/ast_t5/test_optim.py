@@ -1,0 +1,191 @@
+"""Optimizers and clipping: the foreach steps against the per-parameter references, and gradient
+clipping on the gradients' own device (including a CUDA host training on the CPU)."""
+
+import pytest
+import torch
+
+from ast_t5.optim.adafactor import Adafactor, T5Adafactor
+from ast_t5.optim.adamw_scale import AdamWScale, FairseqAdamWScale
+from ast_t5.optim.clipping import OwnClipMixin, clip_grad_norm_
+
+SHAPES = [(6, 5), (7,), (3, 4, 2), (1,)]
+
+
+def _params(seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter((torch.randn(s, generator=g) * (0.02 + k)).to(dtype))
+            for k, s in enumerate(SHAPES)]
+
+
+def _run(params, opt, steps=5, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        for p in params:
+            p.grad = torch.randn(p.shape, generator=g).to(p.dtype)
+        opt.step()
+    return [p.detach().clone() for p in params]
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adamw_scale_foreach_matches_the_loop(weight_decay):
+    a, b = _params(), _params()
+    kw = dict(lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=weight_decay)
+    out_loop = _run(a, AdamWScale(a, foreach=False, **kw))
+    out_each = _run(b, AdamWScale(b, foreach=True, **kw))
+    for x, y, p0 in zip(out_loop, out_each, _params()):
+        assert not torch.equal(x, p0)
+        torch.testing.assert_close(y, x, rtol=1e-6, atol=1e-7)
+
+
+def test_adamw_scale_foreach_on_bf16_parameters_keeps_fp32_moments():
+    a, b = _params(dtype=torch.bfloat16), _params(dtype=torch.bfloat16)
+    loop, each = AdamWScale(a, lr=0.01, foreach=False), AdamWScale(b, lr=0.01, foreach=True)
+    for x, y in zip(_run(a, loop, 3), _run(b, each, 3)):
+        assert y.dtype == torch.bfloat16
+        torch.testing.assert_close(y.float(), x.float(), rtol=1e-2, atol=1e-3)
+    assert all(s["exp_avg"].dtype == torch.float32 for s in each.state.values())
+
+
+ADAFACTOR_SETTINGS = [
+    dict(lr=0.01, relative_step=False, scale_parameter=True),
+    dict(lr=0.01, relative_step=False, scale_parameter=False, beta1=0.9, weight_decay=0.01),
+    dict(lr=None, relative_step=True, scale_parameter=True, warmup_init=True),
+    dict(lr=0.01, relative_step=False, scale_parameter=True, beta1=0.9, weight_decay=0.1,
+         clip_threshold=0.5),
+]
+
+
+@pytest.mark.parametrize("settings", ADAFACTOR_SETTINGS)
+def test_adafactor_foreach_matches_fairseqs_with_one_parameter_per_group(settings):
+    """fairseq's Adafactor (the reference), each parameter in its own group so that its
+    compounding of group["lr"] (see ast_t5/optim/adafactor.py) cannot act."""
+    from fairseq.optim.adafactor import Adafactor as FairseqAdafactor
+
+    a, b = _params(), _params()
+    base_lr = settings.get("lr")
+    ref = FairseqAdafactor([{"params": [p]} for p in a], **settings)
+    ours = Adafactor(b, **settings)
+    g = torch.Generator().manual_seed(3)
+    for _ in range(4):
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.clone()
+        ref.step()
+        ours.step()
+        if base_lr is not None:  # what fairseq's lr scheduler does before every update
+            for group in ref.param_groups:
+                group["lr"] = base_lr
+    for p, q, p0 in zip(a, b, _params()):
+        assert not torch.equal(q, p0)
+        torch.testing.assert_close(q.detach(), p.detach(), rtol=1e-5, atol=1e-7)
+    assert ours.param_groups[0]["lr"] == base_lr  # never overwritten
+
+
+def test_adafactor_step_size_does_not_depend_on_the_parameter_order():
+    a, b = _params(), _params()
+    together = Adafactor(a, lr=0.01, relative_step=False)
+    apart = Adafactor([{"params": [p]} for p in b], lr=0.01, relative_step=False)
+    for x, y in zip(_run(a, together), _run(b, apart)):
+        torch.testing.assert_close(x, y, rtol=1e-6, atol=1e-8)
+
+
+def _grads(seed=0, device="cpu"):
+    g = torch.Generator().manual_seed(seed)
+    ps = [torch.nn.Parameter(torch.zeros(s, device=device)) for s in SHAPES]
+    for p in ps:
+        p.grad = (torch.randn(p.shape, generator=g) * 3).to(device)
+    return ps
+
+
+@pytest.mark.parametrize("max_norm", [0.0, 0.5, 1e6])
+def test_clip_matches_fairseq_on_cpu(max_norm):
+    from fairseq import utils
+
+    a, b = _grads(), _grads()
+    ref = utils.clip_grad_norm_(a, max_norm)
+    ours = clip_grad_norm_(b, max_norm)
+    assert ours.device.type == "cpu" and ours.dtype == torch.float32
+    torch.testing.assert_close(ours, ref.to(ours))
+    for p, q in zip(a, b):
+        torch.testing.assert_close(q.grad, p.grad)
+    if max_norm == 0.5:
+        assert torch.linalg.vector_norm(torch.cat([q.grad.flatten() for q in b])) <= 0.5 + 1e-5
+
+
+def test_clip_on_a_cuda_host_keeps_cpu_gradients_on_the_cpu(monkeypatch):
+    """common.cpu=true on a machine with CUDA: fairseq moves the norms to cuda:0 (then fails);
+    ours never asks where CUDA is."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: pytest.fail("asked for the CUDA device"))
+    ps = _grads()
+    norm = clip_grad_norm_(ps, 1.0)
+    assert norm.device.type == "cpu"
+    total = torch.linalg.vector_norm(torch.cat([p.grad.flatten() for p in ps]))
+    torch.testing.assert_close(total, torch.tensor(1.0), rtol=1e-4, atol=1e-5)
+
+
+def test_clip_with_no_gradients_is_zero():
+    assert float(clip_grad_norm_([torch.nn.Parameter(torch.ones(2))], 1.0)) == 0.0
+
+
+@pytest.mark.parametrize("cls", [FairseqAdamWScale, T5Adafactor])
+def test_registered_optimizers_clip_with_ours(cls, monkeypatch):
+    from fairseq.dataclass.utils import merge_with_parent
+    from fairseq.optim import OPTIMIZER_DATACLASS_REGISTRY, OPTIMIZER_REGISTRY
+    from omegaconf import OmegaConf
+
+    name = [k for k, v in OPTIMIZER_REGISTRY.items() if v is cls][0]
+    assert cls.clip_grad_norm is OwnClipMixin.clip_grad_norm
+    cfg = merge_with_parent(OPTIMIZER_DATACLASS_REGISTRY[name](), OmegaConf.create({"_name": name, "lr": [0.01]}))
+    ps = _grads()
+    opt = cls(cfg, ps)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    norm = opt.clip_grad_norm(0.1)
+    assert norm.device.type == "cpu" and float(norm) > 0.1
+    opt.step()
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_clip_and_foreach_steps_on_cuda_match_cpu():
+    cpu, gpu = _grads(), _grads(device="cuda")
+    n_cpu, n_gpu = clip_grad_norm_(cpu, 1.0), clip_grad_norm_(gpu, 1.0)
+    assert n_gpu.device.type == "cuda"
+    torch.testing.assert_close(n_gpu.cpu(), n_cpu, rtol=1e-5, atol=1e-6)
+    a, b = _params(), [torch.nn.Parameter(p.detach().cuda()) for p in _params()]
+    opt_a, opt_b = AdamWScale(a, lr=0.01), AdamWScale(b, lr=0.01)
+    for p, q in zip(a, b):
+        p.grad = torch.ones_like(p)
+        q.grad = torch.ones_like(q)
+    opt_a.step()
+    opt_b.step()
+    for p, q in zip(a, b):
+        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
+
+
+def test_adamw_torch_follows_fairseqs_adam():
+    """Same algorithm as fairseq's adam (decoupled weight decay); epsilon placement differs only
+    by sqrt(1 - beta2^t), invisible with a tiny epsilon."""
+    from fairseq.dataclass.utils import merge_with_parent
+    from fairseq.optim import OPTIMIZER_DATACLASS_REGISTRY, OPTIMIZER_REGISTRY
+    from omegaconf import OmegaConf
+
+    a, b = _params(), _params()
+    settings = {"lr": [0.01], "adam_betas": "(0.9, 0.98)", "adam_eps": 1e-12, "weight_decay": 0.01}
+    opts = []
+    for name, ps in (("adam", a), ("adamw_torch", b)):
+        extra = {"tpu": False} if name == "adam" else {}
+        cfg = merge_with_parent(OPTIMIZER_DATACLASS_REGISTRY[name](),
+                                OmegaConf.create({"_name": name, **settings, **extra}))
+        opts.append(OPTIMIZER_REGISTRY[name](cfg, ps))
+    assert type(opts[1]).clip_grad_norm is OwnClipMixin.clip_grad_norm
+    g = torch.Generator().manual_seed(5)
+    for _ in range(4):
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.clone()
+        for opt in opts:
+            opt.step()
+    for p, q, p0 in zip(a, b, _params()):
+        assert not torch.equal(q, p0)
+        torch.testing.assert_close(q.detach(), p.detach(), rtol=1e-5, atol=1e-6)

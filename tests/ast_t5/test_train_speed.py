@@ -1,0 +1,190 @@
+"""The GPU-speed features, checked on the CPU through fairseq's real Trainer: bf16 weights with
+fp32 master weights, model.compile (bucketed lengths, no recompilation per batch, same losses as
+eager, with activation checkpointing and incremental decoding), the criterion's host-sync-free
+logging and its fused cross-entropy switch, and bench_train.py's CPU mode."""
+import json
+import math
+import os
+import sys
+
+import pytest
+import torch
+
+BENCH_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
+sys.path.insert(0, os.path.abspath(BENCH_DIR))
+import bench_train  # noqa: E402
+
+TINY = ("common.cpu=true", "common.log_interval=1000000", "++model.attention_dropout=0.0")
+
+
+@pytest.fixture(scope="module")
+def task_dir(tmp_path_factory):
+    return bench_train.write_task_dir(str(tmp_path_factory.mktemp("task")), 512)
+
+
+def _train(task_dir, overrides, batches):
+    _, _, trainer, _ = bench_train.build_trainer("tiny", task_dir, list(TINY) + list(overrides))
+    losses = [float(trainer.train_step([b])["loss"]) for b in batches]
+    return trainer, losses
+
+
+def _batches(lengths, batch=3, tgt_len=12):
+    """One batch per source length (rows cropped from one long random batch)."""
+    full = bench_train.make_batches(len(lengths), batch, max(lengths), tgt_len, 512)
+    out = []
+    for b, n in zip(full, lengths):
+        src = b["net_input"]["src_tokens"][:, :n].clone()
+        src[:, -1] = 2
+        b["net_input"]["src_tokens"], b["net_input"]["src_lengths"] = src, src.ne(1).sum(1)
+        out.append(b)
+    return out
+
+
+def test_bf16_keeps_fp32_master_weights_and_tracks_fp32_training(task_dir):
+    from fairseq.optim.fp16_optimizer import FP16Optimizer
+
+    batches = _batches([40, 40, 40, 40])
+    fast = ["lr_scheduler.warmup_updates=2"]
+    fp32, loss32 = _train(task_dir, fast + ["common.bf16=false"], batches)
+    bf16, loss16 = _train(task_dir, fast + ["common.bf16=true"], batches)
+    assert all(p.dtype == torch.bfloat16 for p in bf16.model.parameters())
+    opt = bf16.optimizer
+    assert isinstance(opt, FP16Optimizer) and opt.scaler is None  # bf16: no loss scaling
+    masters = opt.fp32_params
+    assert all(p.dtype == torch.float32 for p in masters)
+    # the bf16 weights are the fp32 master weights rounded, not an independent copy
+    for p, m in zip(bf16.model.parameters(), masters):
+        assert torch.equal(p.detach(), m.detach().to(torch.bfloat16))
+    _, _, _, initial = bench_train.build_trainer("tiny", task_dir, list(TINY))
+    moved = [float((p.detach() - initial[n]).abs().max()) for n, p in fp32.model.named_parameters()]
+    assert max(moved) > 1e-3  # the updates did change the weights
+    for a, b in zip(loss16, loss32):
+        assert abs(a - b) <= 0.02 * abs(b)
+    # Adam normalizes each element's step, so elements whose gradient is near zero may step either
+    # way; compare whole updates: the bf16 run's update is close to the fp32 run's in norm
+    for m, (name, p) in zip(masters, fp32.model.named_parameters()):
+        update32 = p.detach() - initial[name]
+        gap = torch.linalg.vector_norm(m.detach() - p.detach()) / torch.linalg.vector_norm(update32)
+        assert gap < 0.15, (name, float(gap))
+
+
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_compiled_training_matches_eager_without_recompiling_per_batch(task_dir, checkpointing):
+    from ast_t5.models.ast_t5_model import _compiled_graph_count
+
+    batches = _batches([50, 60, 57])  # three lengths, one bucket of 64
+    extra = [f"++model.checkpoint_activations={str(checkpointing).lower()}"]
+    _, eager = _train(task_dir, extra, batches)
+    before = _compiled_graph_count()
+    compiled, losses = _train(task_dir, extra + ["++model.compile=true", "++model.compile_backend=aot_eager"],
+                              batches[:1])
+    model = compiled.model
+    assert model.compile_seconds > 0  # a graph was compiled (and logged) inside Trainer.train_step
+    graphs = _compiled_graph_count()
+    assert graphs - before == 1  # one graph for encoder, decoder and head: no graph break
+    losses += [float(compiled.train_step([b])["loss"]) for b in batches[1:]]
+    assert _compiled_graph_count() == graphs  # other lengths in the same bucket: no new graph
+    for a, b in zip(losses, eager):
+        assert math.isclose(a, b, rel_tol=1e-4), (losses, eager)
+
+
+def test_compiled_model_decodes_incrementally_like_its_training_forward():
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(60):
+        d.add_symbol(f"w{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0,
+                                       compile=True, compile_backend="aot_eager").eval()
+    src = torch.randint(4, len(d), (2, 9))
+    prev = torch.cat([torch.full((2, 1), d.eos()), torch.randint(4, len(d), (2, 4))], dim=1)
+    with torch.no_grad():
+        full, _ = model(src, None, prev)  # compiled, padded to the bucket and cropped back
+        assert model.compile_seconds > 0 and full.shape == (2, 5, len(d))
+        enc = model.encoder(src)
+        state, steps = {}, []
+        for t in range(prev.size(1)):
+            out, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
+            steps.append(out)
+    torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+def _criterion_and_sample(task_dir, **kwargs):
+    from ast_t5.criterions.span_cross_entropy import SpanCrossEntropyCriterion
+    from ast_t5.models import AstT5Model
+
+    cfg = bench_train.compose("tiny", [f"task.data={task_dir}"])
+    from fairseq import tasks
+    task = tasks.setup_task(cfg.task)
+    model = AstT5Model.from_dictionary(task.dictionary, arch="t5_v11_tiny", dropout=0.0,
+                                       attention_dropout=0.0)
+    sample = bench_train.make_batches(1, 3, 20, 8, 512)[0]
+    sample["language"] = torch.tensor([0, 0, 0])
+    return SpanCrossEntropyCriterion(task, **kwargs), model, sample
+
+
+def test_criterion_logs_device_tensors_and_the_right_accuracy(task_dir):
+    from fairseq import metrics
+
+    crit, model, sample = _criterion_and_sample(task_dir)
+    _, _, log = crit(model, sample)
+    assert crit.last_path == "eager"
+    for key in ("n_masked", "n_correct", "lang_tokens:python"):
+        assert torch.is_tensor(log[key]), key  # no .item() inside the update
+    with torch.no_grad():
+        predicted = model(**sample["net_input"])[0].argmax(-1)
+    target = sample["target"]
+    masked = target.ne(1) & target.ne(2) & target.lt(crit.first_sentinel)
+    expected = 100.0 * float((predicted.eq(target) & masked).sum()) / float(masked.sum())
+    with metrics.aggregate() as agg:
+        crit.reduce_metrics([log, log])
+        values = agg.get_smoothed_values()
+    assert values["masked_accuracy"] == round(expected, 2)
+    assert values["share_python"] == 1.0
+    assert not any(k.startswith("_") for k in values)
+
+
+def test_fused_cross_entropy_demanded_without_cuda_is_one_line_error(task_dir):
+    crit, model, sample = _criterion_and_sample(task_dir, fused_cross_entropy="liger")
+    with pytest.raises(RuntimeError, match="fused_cross_entropy=liger cannot run: .*CUDA"):
+        crit(model, sample)
+    with pytest.raises(ValueError, match="label_smoothing=0"):
+        _criterion_and_sample(task_dir, fused_cross_entropy="liger", label_smoothing=0.1)
+
+
+def _liger_importable():
+    from ast_t5.criterions.span_cross_entropy import liger_fused_linear_ce
+    return liger_fused_linear_ce()[0] is not None
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="fused cross-entropy runs on CUDA only")
+@pytest.mark.skipif(torch.cuda.is_available() and not _liger_importable(),
+                    reason="liger-kernel is not installed (optional: pip install liger-kernel)")
+def test_fused_cross_entropy_runs_on_cuda_and_matches_eager(task_dir):
+    crit, model, sample = _criterion_and_sample(task_dir)  # auto
+    from fairseq import utils
+    model = model.cuda()
+    sample = utils.move_to_cuda(sample)
+    loss, _, log = crit(model, sample)
+    assert crit.last_path == "liger", "liger-kernel is installed but the fused path did not run"
+    eager, _, elog = type(crit)(crit.task, fused_cross_entropy="eager")(model, sample)
+    torch.testing.assert_close(loss, eager, rtol=1e-4, atol=1e-3)
+    assert int(log["n_correct"]) == int(elog["n_correct"])
+
+
+def test_bench_train_cpu_mode(tmp_path):
+    out = tmp_path / "train.json"
+    assert bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1",
+                             "--profile", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    for side in ("ours", "hf"):
+        assert figures[side]["tokens_per_s"] > 0 and math.isfinite(figures[side]["loss_last"])
+    assert figures["ours"]["num_updates"] == 2 and figures["ours"]["ce_path"] == "eager"
+    assert figures["ratio_tokens_per_s"] > 0 and figures["flops_per_update"] > 0
+    budget = figures["profile"]["seconds"]
+    assert {"forward", "backward", "optimizer", "data_make", "trainer_rest"} <= set(budget)
+    assert all(v >= 0 for v in budget.values())
