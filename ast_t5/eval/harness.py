@@ -49,7 +49,8 @@ class SampleResult:
 
 def _run_one(sandbox: Sandbox, task: Task, sample_index: int, completion: str) -> SampleResult:
     cleaned = task.clean(completion)
-    result = sandbox.run(task.program(cleaned))
+    result = sandbox.run_tests(task.candidate_program(cleaned), task.suffix, trusted=task.prefix,
+                               entry_points=task.entry_points)
     return SampleResult(task.task_id, sample_index, result.status, result.detail,
                         round(result.elapsed_s, 3), completion, cleaned, result.isolation)
 
