@@ -70,6 +70,7 @@ DEFAULT_MAX_FILE_MB = 16  # RLIMIT_FSIZE: the largest file, stdout/stderr captur
 DEFAULT_WORKDIR_MB = 64  # size of the working directory (tmpfs, or measured by the parent)
 MAX_WORKDIR_ENTRIES = 4096  # files and directories a program may create (measured by the parent)
 WORKDIR_CHECK_S = 0.05  # how often the parent measures the working directory
+GROUP_EXIT_WAIT_S = 1.0  # longest wait for the killed process group to disappear
 MIB = 1 << 20
 MAX_OPEN_FILES = 64  # RLIMIT_NOFILE; a test program needs a handful
 CPU_GRACE_S = 1  # RLIMIT_CPU = ceil(timeout) + grace: a backstop, the wall-clock timeout acts first
@@ -90,6 +91,7 @@ class SandboxConfig:
     workdir_mb: int = DEFAULT_WORKDIR_MB
     use_namespaces: bool = True  # False: rlimits and the guard only (as without privileges)
     guard: bool = True  # False only in tests that show what the guard prevents
+    landlock: bool = True  # False only in tests that show what Landlock prevents
     temp_root: Optional[str] = None  # parent of the per-run temporary directories
 
     def __post_init__(self):
@@ -103,7 +105,7 @@ class ExecResult:
 
     status: str
     detail: str  # why it failed, in the sandbox's words (never the program's); empty when passed
-    returncode: Optional[int]
+    returncode: Optional[int]  # the program's process (128 + n: signal n); None if unknown
     elapsed_s: float
     stdout: str  # the last OUTPUT_TAIL_BYTES
     stderr: str
@@ -169,7 +171,7 @@ class Sandbox:
             stdin.write(json.dumps(job, ensure_ascii=True).encode("ascii"))
             stdin.seek(0)
             argv = [sys.executable, "-I", "-B", CHILD_SCRIPT, workdir, str(report.fileno()),
-                    "1" if config.guard else "0"]
+                    "1" if config.guard else "0", "1" if config.landlock else "0"]
             start = time.monotonic()
             proc = subprocess.Popen(
                 argv, stdin=stdin, stdout=out, stderr=err, cwd=workdir, env=_child_env(workdir),
@@ -179,8 +181,9 @@ class Sandbox:
             elapsed = time.monotonic() - start
             report_data = _read_report(report)
             isolation = _mechanisms(report_data, self._host_ns)
-            return _make_result(proc.returncode, stopped, report_data.get("verdict"), elapsed,
-                                config, _tail(out), _tail(err), isolation)
+            return _make_result(proc.returncode, report_data.get("runner_exit"), stopped,
+                                report_data.get("verdict"), elapsed, config, _tail(out),
+                                _tail(err), isolation)
 
 
 def run_program(program: str, config: SandboxConfig = SandboxConfig()) -> ExecResult:
@@ -320,6 +323,14 @@ def _wait_then_kill_group(proc: subprocess.Popen, config: SandboxConfig,
     except (ProcessLookupError, PermissionError):
         pass
     proc.wait()
+    # The runner is the leader's child: give the kernel a moment to finish killing it.
+    deadline = time.monotonic() + GROUP_EXIT_WAIT_S
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            break
+        time.sleep(0.005)
     return stopped
 
 
@@ -369,9 +380,12 @@ def _exit_text(returncode: int) -> str:
     return f"exit status {returncode}"
 
 
-def _make_result(returncode: int, stopped: Optional[str], verdict: Optional[dict],
-                 elapsed_s: float, config: SandboxConfig, stdout: str, stderr: str,
-                 isolation: Tuple[str, ...]) -> ExecResult:
+def _make_result(returncode: int, runner_exit: Optional[int], stopped: Optional[str],
+                 verdict: Optional[dict], elapsed_s: float, config: SandboxConfig, stdout: str,
+                 stderr: str, isolation: Tuple[str, ...]) -> ExecResult:
+    """`returncode`: the sandbox's leader (the judge); `runner_exit`: the program's process."""
+    if not isinstance(runner_exit, int):
+        runner_exit = None
     if stopped == "timeout":
         status, detail = TIMED_OUT, f"timed out after {config.timeout_s:g} s"
     elif stopped == "disk":
@@ -384,4 +398,4 @@ def _make_result(returncode: int, stopped: Optional[str], verdict: Optional[dict
     else:
         reason = str(verdict.get("reason") or _exit_text(returncode))
         status, detail = FAILED, reason[:DETAIL_CHARS]
-    return ExecResult(status, detail, returncode, elapsed_s, stdout, stderr, isolation)
+    return ExecResult(status, detail, runner_exit, elapsed_s, stdout, stderr, isolation)

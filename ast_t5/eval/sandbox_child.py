@@ -1,7 +1,7 @@
 """Child side of the code-execution sandbox: runs one untrusted program (DESIGN.md section 9).
 
 Started by ast_t5.eval.sandbox as a plain script, ``python -I -B sandbox_child.py WORKDIR
-REPORT_FD GUARD`` with a JSON job on stdin, after the parent's preexec function has set the
+REPORT_FD GUARD LANDLOCK`` with a JSON job on stdin, after the parent's preexec function has set the
 resource limits and (where allowed) moved the process into new namespaces. It imports only the
 standard library, never ast_t5 or fairseq.
 
@@ -21,7 +21,8 @@ Two processes, so that the verdict is never the program's to give:
   is that the program's top level finished without an exception, as the runner reports it.
 * the **runner**, before the program runs: closes REPORT_FD; restricts itself with Landlock where
   the kernel has it (writes only beneath WORKDIR, no TCP, no signals or ptrace to processes
-  outside, no device nodes, no links from outside); and, if GUARD is "1", installs the guard: a
+  outside, no device nodes, no links from outside) unless LANDLOCK is "0"; and, if GUARD is "1",
+  installs the guard: a
   PEP 578 audit hook that refuses process creation, signals, sockets, ctypes, links, writes and
   deletions outside WORKDIR (by any path form: relative to a directory descriptor, ``..``,
   symbolic links), opening directories outside WORKDIR (the only way to a ``dir_fd``),
@@ -37,6 +38,7 @@ import math
 import os
 import stat
 import sys
+import time
 import traceback
 
 SIGNAL_EXIT_BASE = 128  # shell convention: exit status 128 + n means "killed by signal n"
@@ -49,6 +51,7 @@ PROMPT_FILENAME = "<prompt>"
 TESTS_FILENAME = "<tests>"
 MAX_MESSAGE_BYTES = 64 << 20  # the largest reply the judge reads from the runner
 TEXT_CHARS = 200  # longest piece of program-controlled text quoted in a verdict
+RUNNER_EXIT_WAIT_S = 0.5  # after the verdict, how long the judge waits for the runner to end
 # Events refused outright: process creation, signals, networking, ctypes, links, introspection
 # of every live object, and raising resource limits.
 DENIED_EVENTS = frozenset({
@@ -333,10 +336,12 @@ def _landlock(libc, ctypes, workdir):
     return abi
 
 
-def _confine(workdir, guard):
+def _confine(workdir, guard, landlock):
     """Apply the runner's layers before the program runs; returns what is active."""
     layers = {"guard": guard, "landlock": 0}
     try:
+        if not landlock:
+            raise ImportError("Landlock not wanted")
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         layers["landlock"] = _landlock(libc, ctypes, workdir)
@@ -354,14 +359,14 @@ def _exception_text(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
-def _runner(job, workdir, guard, requests_fd, replies_fd):
+def _runner(job, workdir, guard, landlock, requests_fd, replies_fd):
     """Child process: confine, run the program, serve calls; never returns."""
     replies = os.fdopen(replies_fd, "wb", buffering=0)
     requests = os.fdopen(requests_fd, "rb")
     send = replies.write
     write_flush = sys.stdout.flush
     exit_now = os._exit  # kept before the guard replaces it
-    send(_dumps({"layers": _confine(workdir, guard)}))
+    send(_dumps({"layers": _confine(workdir, guard, landlock)}))
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     sys.argv = [PROGRAM_FILENAME]
     try:
@@ -449,8 +454,8 @@ class _Channel:
                                      f"{MAX_MESSAGE_BYTES >> 20} MiB in one reply")
             chunk = os.read(self._replies_fd, 1 << 16)
             if not chunk:
-                raise CandidateError("the program ended (or closed its channel) while the "
-                                     "tests were waiting for it")
+                raise CandidateError("the program's process ended (or closed its channel) "
+                                     "before it answered")
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         try:
@@ -620,6 +625,21 @@ def _judge(job, report, runner_pid, channel):
         return False, f"the sandbox judge failed: {type(exc).__name__}"
 
 
+def _reap(pid):
+    """The runner's exit status (128 + n: killed by signal n), waiting RUNNER_EXIT_WAIT_S."""
+    deadline = time.monotonic() + RUNNER_EXIT_WAIT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return code if code >= 0 else SIGNAL_EXIT_BASE - code
+        if time.monotonic() > deadline:
+            os.kill(pid, SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.002)
+
+
 # ---------------------------------------------------------------------------------------------
 # Start-up.
 
@@ -671,7 +691,7 @@ def _namespace_report(workdir):
 
 def main(argv):
     """Entry point; see the module docstring for the arguments."""
-    workdir, report_fd, guard = argv[1], int(argv[2]), argv[3] == "1"
+    workdir, report_fd, guard, landlock = argv[1], int(argv[2]), argv[3] == "1", argv[4] == "1"
     job = json.loads(sys.stdin.buffer.read())
     try:
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -694,13 +714,15 @@ def main(argv):
         for fd in (report_fd, requests_write, replies_read):
             os.close(fd)
         try:
-            _runner(job, workdir, guard, requests_read, replies_write)
+            _runner(job, workdir, guard, landlock, requests_read, replies_write)
         finally:
             os._exit(1)
     os.close(requests_read)
     os.close(replies_write)
     passed, reason = _judge(job, report, runner_pid, _Channel(requests_write, replies_read))
     report["verdict"] = {"passed": passed, "reason": reason}
+    os.close(requests_write)  # the runner's request loop ends, and with it the runner
+    report["runner_exit"] = _reap(runner_pid)
     os.write(report_fd, _dumps(report))
     os.close(report_fd)
     sys.stdout.flush()

@@ -17,7 +17,7 @@ import pytest
 from ast_t5.eval.sandbox import run_program
 from .test_sandbox import leftover_processes
 
-PROTECTED = ["full", "namespaces", "guard"]
+PROTECTED = ["full", "namespaces", "landlock", "no-namespaces", "guard"]
 SECRET = "ast-t5-test-secret-7f3a9c"
 
 CANARY_ATTACK = """
@@ -186,7 +186,7 @@ while True:  # fork bomb: must stop at the first fork
 """
 
 
-@pytest.mark.parametrize("mode", ["full", "guard"])
+@pytest.mark.parametrize("mode", ["full", "no-namespaces", "guard"])
 def test_process_creation_is_refused(make_config, mode):
     start = time.monotonic()
     result = run_program(SPAWN_ATTACK, make_config(mode))
