@@ -92,6 +92,7 @@ class SandboxConfig:
     use_namespaces: bool = True  # False: rlimits and the guard only (as without privileges)
     guard: bool = True  # False only in tests that show what the guard prevents
     landlock: bool = True  # False only in tests that show what Landlock prevents
+    seccomp: bool = True  # False only in tests that show what the seccomp filter prevents
     temp_root: Optional[str] = None  # parent of the per-run temporary directories
 
     def __post_init__(self):
@@ -132,7 +133,7 @@ class Sandbox:
         Isolation names: rlimits, process-group-kill, temp-dir, workdir-cap, minimal-env
         (always), netns, readonly-fs, tmpfs-workdir, pidns, private-proc (namespaces, where
         permitted), landlock-fs, landlock-net, landlock-signals (Landlock, by kernel ABI),
-        guard.
+        seccomp (x86_64), guard.
         """
         return self._run_job({"mode": "script", "program": program})
 
@@ -171,7 +172,7 @@ class Sandbox:
             stdin.write(json.dumps(job, ensure_ascii=True).encode("ascii"))
             stdin.seek(0)
             argv = [sys.executable, "-I", "-B", CHILD_SCRIPT, workdir, str(report.fileno()),
-                    "1" if config.guard else "0", "1" if config.landlock else "0"]
+                    _layers_wanted(config)]
             start = time.monotonic()
             proc = subprocess.Popen(
                 argv, stdin=stdin, stdout=out, stderr=err, cwd=workdir, env=_child_env(workdir),
@@ -245,6 +246,11 @@ def _child_env(workdir: str) -> dict:
         "TMPDIR": workdir, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
     }
+
+
+def _layers_wanted(config: SandboxConfig) -> str:
+    names = [name for name in ("guard", "landlock", "seccomp") if getattr(config, name)]
+    return ",".join(names) or "none"
 
 
 def _encodable(value):
@@ -365,7 +371,9 @@ def _mechanisms(report: dict, host_ns: dict) -> Tuple[str, ...]:
     for abi, name in ((1, "landlock-fs"), (4, "landlock-net"), (6, "landlock-signals")):
         if landlock >= abi:
             active.append(name)
-    if report.get("guard"):
+    if report.get("seccomp") is True:
+        active.append("seccomp")
+    if report.get("guard") is True:
         active.append("guard")
     return tuple(active)
 

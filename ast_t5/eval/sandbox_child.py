@@ -1,7 +1,8 @@
 """Child side of the code-execution sandbox: runs one untrusted program (DESIGN.md section 9).
 
 Started by ast_t5.eval.sandbox as a plain script, ``python -I -B sandbox_child.py WORKDIR
-REPORT_FD GUARD LANDLOCK`` with a JSON job on stdin, after the parent's preexec function has set the
+REPORT_FD LAYERS`` with a JSON job on stdin (LAYERS: the runner's layers wanted, comma-separated
+from ``guard``, ``landlock``, ``seccomp``), after the parent's preexec function has set the
 resource limits and (where allowed) moved the process into new namespaces. It imports only the
 standard library, never ast_t5 or fairseq.
 
@@ -21,8 +22,9 @@ Two processes, so that the verdict is never the program's to give:
   is that the program's top level finished without an exception, as the runner reports it.
 * the **runner**, before the program runs: closes REPORT_FD; restricts itself with Landlock where
   the kernel has it (writes only beneath WORKDIR, no TCP, no signals or ptrace to processes
-  outside, no device nodes, no links from outside) unless LANDLOCK is "0"; and, if GUARD is "1",
-  installs the guard: a
+  outside, no device nodes, no links from outside); installs a seccomp filter on x86_64 (the
+  kernel refuses signals, ptrace, process creation and execution, leaving the process group,
+  device nodes, links, mounts, namespaces, io_uring, bpf and the like); and installs the guard: a
   PEP 578 audit hook that refuses process creation, signals, sockets, ctypes, links, writes and
   deletions outside WORKDIR (by any path form: relative to a directory descriptor, ``..``,
   symbolic links), opening directories outside WORKDIR (the only way to a ``dir_fd``),
@@ -336,20 +338,90 @@ def _landlock(libc, ctypes, workdir):
     return abi
 
 
-def _confine(workdir, guard, landlock):
+# seccomp (x86_64): system calls the runner never needs, refused by the kernel.
+AUDIT_ARCH_X86_64 = 0xC000003E
+X32_SYSCALL_BIT = 0x40000000
+SECCOMP_RET_ALLOW = 0x7FFF0000
+SECCOMP_RET_ERRNO = 0x00050000
+PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 22, 2
+EPERM, ENOSYS = 1, 38
+CLONE_THREAD = 0x00010000
+BPF_LD_W_ABS, BPF_JEQ, BPF_JGE, BPF_JSET, BPF_RET = 0x20, 0x15, 0x35, 0x45, 0x06
+SYS_CLONE, SYS_CLONE3 = 56, 435
+# Signals, ptrace and other processes' memory; process creation and execution; escaping the
+# process group; device nodes and links; namespaces, mounts; kernel interfaces a test program
+# has no use for (io_uring could bypass this filter, bpf, keys, modules, perf, userfaultfd).
+SECCOMP_DENIED_X86_64 = {
+    "kill": 62, "tkill": 200, "tgkill": 234, "rt_sigqueueinfo": 129, "rt_tgsigqueueinfo": 297,
+    "pidfd_open": 434, "pidfd_send_signal": 424, "pidfd_getfd": 438, "ptrace": 101,
+    "process_vm_readv": 310, "process_vm_writev": 311, "kcmp": 312,
+    "fork": 57, "vfork": 58, "execve": 59, "execveat": 322,
+    "setsid": 112, "setpgid": 109, "mknod": 133, "mknodat": 259, "link": 86, "linkat": 265,
+    "symlink": 88, "symlinkat": 266, "unshare": 272, "setns": 308, "mount": 165, "umount2": 166,
+    "pivot_root": 155, "chroot": 161, "open_tree": 428, "move_mount": 429, "fsopen": 430,
+    "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
+    "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "bpf": 321,
+    "perf_event_open": 298, "userfaultfd": 323, "keyctl": 250, "add_key": 248,
+    "request_key": 249, "init_module": 175, "finit_module": 313, "delete_module": 176,
+    "kexec_load": 246, "kexec_file_load": 320, "reboot": 169, "swapon": 167, "swapoff": 168,
+    "acct": 163, "settimeofday": 164, "clock_settime": 227, "sethostname": 170,
+    "setdomainname": 171, "iopl": 172, "ioperm": 173, "syslog": 103, "quotactl": 179,
+    "personality": 135,
+}
+
+
+def _seccomp_program():
+    """The BPF filter: foreign architectures, x32 calls and the denied calls get EPERM;
+    clone only makes threads; clone3 reports ENOSYS (glibc then falls back to clone)."""
+    import struct
+
+    def op(code, k, jt=0, jf=0):
+        return struct.pack("HBBI", code, jt, jf, k)
+
+    deny = op(BPF_RET, SECCOMP_RET_ERRNO | EPERM)
+    allow = op(BPF_RET, SECCOMP_RET_ALLOW)
+    program = [op(BPF_LD_W_ABS, 4), op(BPF_JEQ, AUDIT_ARCH_X86_64, 1, 0), deny,
+               op(BPF_LD_W_ABS, 0), op(BPF_JGE, X32_SYSCALL_BIT, 0, 1), deny,
+               op(BPF_JEQ, SYS_CLONE3, 0, 1), op(BPF_RET, SECCOMP_RET_ERRNO | ENOSYS),
+               op(BPF_JEQ, SYS_CLONE, 0, 4), op(BPF_LD_W_ABS, 16),
+               op(BPF_JSET, CLONE_THREAD, 1, 0), deny, allow]
+    for number in sorted(set(SECCOMP_DENIED_X86_64.values())):
+        program += [op(BPF_JEQ, number, 0, 1), deny]
+    program.append(allow)
+    return b"".join(program), len(program)
+
+
+def _seccomp(libc, ctypes):
+    """Install the filter (x86_64 only); True if it is in force."""
+    if os.uname().machine != "x86_64":
+        return False
+    code, length = _seccomp_program()
+    buffer = ctypes.create_string_buffer(code, len(code))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+    prog = SockFprog(length, ctypes.cast(buffer, ctypes.c_void_p))
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        return False
+    return libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(prog), 0, 0) == 0
+
+
+def _confine(workdir, wanted):
     """Apply the runner's layers before the program runs; returns what is active."""
-    layers = {"guard": guard, "landlock": 0}
+    active = {"guard": "guard" in wanted, "landlock": 0, "seccomp": False}
     try:
-        if not landlock:
-            raise ImportError("Landlock not wanted")
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
-        layers["landlock"] = _landlock(libc, ctypes, workdir)
+        if "landlock" in wanted:
+            active["landlock"] = _landlock(libc, ctypes, workdir)
+        if "seccomp" in wanted:
+            active["seccomp"] = _seccomp(libc, ctypes)
     except (OSError, AttributeError, ImportError):
         pass
-    if guard:
+    if active["guard"]:
         install_guard(workdir)
-    return layers
+    return active
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,14 +431,14 @@ def _exception_text(exc):
     return f"{type(exc).__name__}: {exc}"
 
 
-def _runner(job, workdir, guard, landlock, requests_fd, replies_fd):
+def _runner(job, workdir, layers, requests_fd, replies_fd):
     """Child process: confine, run the program, serve calls; never returns."""
     replies = os.fdopen(replies_fd, "wb", buffering=0)
     requests = os.fdopen(requests_fd, "rb")
     send = replies.write
     write_flush = sys.stdout.flush
     exit_now = os._exit  # kept before the guard replaces it
-    send(_dumps({"layers": _confine(workdir, guard, landlock)}))
+    send(_dumps({"layers": _confine(workdir, layers)}))
     namespace = {"__name__": "__main__", "__builtins__": builtins}
     sys.argv = [PROGRAM_FILENAME]
     try:
@@ -691,7 +763,7 @@ def _namespace_report(workdir):
 
 def main(argv):
     """Entry point; see the module docstring for the arguments."""
-    workdir, report_fd, guard, landlock = argv[1], int(argv[2]), argv[3] == "1", argv[4] == "1"
+    workdir, report_fd, layers = argv[1], int(argv[2]), set(argv[3].split(","))
     job = json.loads(sys.stdin.buffer.read())
     try:
         devnull = os.open(os.devnull, os.O_RDONLY)
@@ -714,7 +786,7 @@ def main(argv):
         for fd in (report_fd, requests_write, replies_read):
             os.close(fd)
         try:
-            _runner(job, workdir, guard, landlock, requests_read, replies_write)
+            _runner(job, workdir, layers, requests_read, replies_write)
         finally:
             os._exit(1)
     os.close(requests_read)

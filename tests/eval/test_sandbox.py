@@ -80,6 +80,25 @@ def test_namespaces_active_where_supported(isolation):
     assert {"netns", "readonly-fs", "tmpfs-workdir", "pidns", "private-proc"} <= isolation
 
 
+def landlock_abi() -> int:
+    """Checked without the sandbox's code: the kernel's Landlock ABI version (0: none)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+def test_kernel_layers_active_where_supported(isolation):
+    """Guards against Landlock or seccomp silently failing to apply on a machine that has them."""
+    abi = landlock_abi()
+    expected = {name for version, name in ((1, "landlock-fs"), (4, "landlock-net"),
+                                           (6, "landlock-signals")) if abi >= version}
+    if os.uname().machine == "x86_64":
+        expected.add("seccomp")
+    if not expected:
+        pytest.skip("no Landlock and no x86_64 seccomp filter on this machine")
+    assert expected <= isolation
+
+
 def test_config_rejects_nonsense():
     with pytest.raises(ValueError):
         SandboxConfig(timeout_s=0)
