@@ -111,7 +111,7 @@ def test_surrogates_and_forged_output_on_the_shipped_samples(tmp_path, mbpp_file
     completions = tmp_path / "c.jsonl"
     completions.write_text("".join(json.dumps(r) + "\n" for r in [
         {"task_id": 11, "completion": "<extra_id_0>return '\ud800'"},
-        {"task_id": "circle", "completion": "<extra_id_0>print('PASS')\n    return 3.14159"},
+        {"task_id": "circle", "completion": "<extra_id_0>print('PASS')\n    return 0.0"},
         {"task_id": 2, "completion": GOOD["2"]},
     ]))
     output = tmp_path / "out.jsonl"
