@@ -35,6 +35,7 @@ Two processes, so that the verdict is never the program's to give:
 """
 import ast
 import builtins
+import importlib
 import json
 import math
 import os
@@ -52,6 +53,7 @@ PROGRAM_FILENAME = "<sandboxed program>"
 PROMPT_FILENAME = "<prompt>"
 TESTS_FILENAME = "<tests>"
 MAX_MESSAGE_BYTES = 64 << 20  # the largest reply the judge reads from the runner
+READ_CHUNK_BYTES = 1 << 16
 TEXT_CHARS = 200  # longest piece of program-controlled text quoted in a verdict
 RUNNER_EXIT_WAIT_S = 0.5  # after the verdict, how long the judge waits for the runner to end
 # Events refused outright: process creation, signals, networking, ctypes, links, introspection
@@ -475,6 +477,8 @@ def _serve(request, namespace):
         for name in request["names"]:
             if name not in namespace:
                 kinds[name] = {"kind": "missing"}
+            elif isinstance(namespace[name], type(os)):
+                kinds[name] = {"kind": "module", "module": namespace[name].__name__}
             elif callable(namespace[name]):
                 kinds[name] = {"kind": "callable"}
             else:
@@ -512,7 +516,7 @@ class _Channel:
     def __init__(self, requests_fd, replies_fd):
         self._requests_fd = requests_fd
         self._replies_fd = replies_fd
-        self._buffer = b""
+        self._buffer = bytearray()
 
     def send(self, message):
         data = _dumps(message)
@@ -520,16 +524,20 @@ class _Channel:
             data = data[os.write(self._requests_fd, data):]
 
     def receive(self):
-        while b"\n" not in self._buffer:
+        end = self._buffer.find(b"\n")
+        while end < 0:
             if len(self._buffer) > MAX_MESSAGE_BYTES:
                 raise CandidateError("the program sent more than "
                                      f"{MAX_MESSAGE_BYTES >> 20} MiB in one reply")
-            chunk = os.read(self._replies_fd, 1 << 16)
+            chunk = os.read(self._replies_fd, READ_CHUNK_BYTES)
             if not chunk:
                 raise CandidateError("the program's process ended (or closed its channel) "
                                      "before it answered")
+            newline = chunk.find(b"\n")
+            end = -1 if newline < 0 else len(self._buffer) + newline
             self._buffer += chunk
-        line, self._buffer = self._buffer.split(b"\n", 1)
+        line = bytes(self._buffer[:end])
+        del self._buffer[:end + 1]
         try:
             message = json.loads(line)
         except (ValueError, RecursionError):
@@ -599,6 +607,11 @@ def _update_in_place(original, value):
         original.update(value)
 
 
+def _stdlib_module(name):
+    """True for the name of a standard-library module (the judge may import it itself)."""
+    return isinstance(name, str) and name.split(".")[0] in sys.stdlib_module_names
+
+
 def _names_from_program(tests_tree, namespace, entry_points):
     """Names the tests take from the program: entry points, and free names nothing defines."""
     loaded, bound = set(), set()
@@ -664,6 +677,8 @@ def _judge_tests(job, channel):
                 return False, f"the program does not define the function {name}"
             elif kind == "value":
                 namespace[name] = decode(kinds[name].get("value"))
+            elif kind == "module" and _stdlib_module(kinds[name].get("module")):
+                namespace[name] = importlib.import_module(kinds[name]["module"])
             elif kind == "unsendable":
                 return False, (f"the tests use {name}, an object of type "
                                f"{_quote(kinds[name].get('type'))}: not a built-in type")
@@ -675,7 +690,7 @@ def _judge_tests(job, channel):
     return True, ""
 
 
-def _judge(job, report, runner_pid, channel):
+def _judge(job, report, channel):
     """Decide the verdict; the report (isolation and verdict) goes to the parent."""
     try:
         report.update(channel.receive().get("layers", {}))
@@ -791,7 +806,7 @@ def main(argv):
             os._exit(1)
     os.close(requests_read)
     os.close(replies_write)
-    passed, reason = _judge(job, report, runner_pid, _Channel(requests_write, replies_read))
+    passed, reason = _judge(job, report, _Channel(requests_write, replies_read))
     report["verdict"] = {"passed": passed, "reason": reason}
     os.close(requests_write)  # the runner's request loop ends, and with it the runner
     report["runner_exit"] = _reap(runner_pid)

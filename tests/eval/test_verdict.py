@@ -118,3 +118,19 @@ def test_mutated_arguments_and_builtin_types_cross_the_boundary(make_config):
              "assert type(out[(1, 2)]) is frozenset and type(d['k']) is tuple\n")
     result = Sandbox(make_config("full")).run_tests(program, tests)
     assert result.status == PASSED, result.detail
+
+
+def test_modules_only_the_program_imported_reach_the_tests(make_config):
+    """As in one shared namespace, tests may use a standard module the solution imported."""
+    sandbox = Sandbox(make_config("full"))
+    program = "import math\nimport collections.abc as abc\ndef f():\n    return 1.0\n"
+    tests = "assert math.isclose(f(), 1.0) and abc.Sequence is not None\n"
+    assert sandbox.run_tests(program, tests).status == PASSED
+    assert sandbox.run_tests("def f():\n    return 2.0\n", tests).status == "failed"
+
+
+def test_a_large_reply_crosses_the_boundary(make_config):
+    program = "def f():\n    return 'x' * (16 << 20)\n"
+    tests = "assert len(f()) == 16 << 20\n"
+    result = Sandbox(make_config("full", timeout_s=10)).run_tests(program, tests)
+    assert result.status == PASSED, result.detail
