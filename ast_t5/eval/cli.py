@@ -81,7 +81,8 @@ def _add_benchmark_args(parser: argparse.ArgumentParser, benchmark: str) -> None
     parser.add_argument("--output", metavar="FILE", help="per-sample results (JSONL)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--no-namespaces", action="store_true",
-                        help="do not use Linux namespaces (resource limits and the guard only)")
+                        help="do not use Linux namespaces (Landlock, seccomp, resource limits "
+                        "and the guard remain; see the README's evaluation section)")
     generation = parser.add_argument_group("generation (with --checkpoint)")
     generation.add_argument("--beam", type=_positive(int), default=BEAM_DEFAULTS[benchmark])
     generation.add_argument("--length-penalty", type=float,
