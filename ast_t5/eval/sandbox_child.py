@@ -413,6 +413,8 @@ def _confine(workdir, wanted):
     """Apply the runner's layers before the program runs; returns what is active."""
     active = {"guard": "guard" in wanted, "landlock": 0, "seccomp": False}
     try:
+        if not wanted & {"landlock", "seccomp"}:
+            raise ImportError("no kernel layer wanted")  # and ctypes is never loaded here
         import ctypes
         libc = ctypes.CDLL(None, use_errno=True)
         if "landlock" in wanted:
@@ -787,10 +789,10 @@ def main(argv):
     except OSError:
         pass  # stdin stays at the end of the job: reading it gives EOF all the same
     os.chdir(workdir)
-    import ctypes  # the runner needs it for Landlock; the guard drops it before the program
-
     report = _namespace_report(workdir)
     if report["pidns"]:
+        import ctypes  # for mount and prctl; the guard drops it before the program
+
         _fork_into_pid_namespace(report_fd)
         report["private_proc"] = _pid_one_setup(ctypes)
     requests_read, requests_write = os.pipe()
