@@ -37,7 +37,6 @@ import ast
 import builtins
 import importlib
 import json
-import math
 import os
 import stat
 import sys

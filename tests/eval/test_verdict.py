@@ -113,7 +113,8 @@ def test_reason_is_the_harness_not_the_program(make_config, humaneval_problems):
 def test_mutated_arguments_and_builtin_types_cross_the_boundary(make_config):
     program = ("def f(xs, d):\n    xs.append(len(xs))\n    d['k'] = (1, {2}, b'x', 1j)\n"
                "    return {(1, 2): frozenset({3}), 'n': None, 'r': range(3), 'b': bytearray(2)}\n")
-    tests = ("xs, d = [7], {}\nout = f(xs, d)\nassert xs == [7, 1] and d == {'k': (1, {2}, b'x', 1j)}\n"
+    tests = ("xs, d = [7], {}\nout = f(xs, d)\n"
+             "assert xs == [7, 1] and d == {'k': (1, {2}, b'x', 1j)}\n"
              "assert out == {(1, 2): frozenset({3}), 'n': None, 'r': range(3), 'b': bytearray(2)}\n"
              "assert type(out[(1, 2)]) is frozenset and type(d['k']) is tuple\n")
     result = Sandbox(make_config("full")).run_tests(program, tests)
