@@ -244,3 +244,45 @@ def test_text_metrics_refuses_what_it_cannot_pair(tmp_path, capsys, case, messag
     assert main(command) == 2
     errors = error_lines(capsys.readouterr().err)
     assert len(errors) == 1 and message in errors[0], errors
+
+
+KILL_THE_EVALUATOR = """    return None
+import importlib.machinery, importlib.util, os, signal, time
+for _ in range(150):
+    if os.path.exists({pidfile!r}):
+        break
+    time.sleep(0.01)
+evaluator = int(open({pidfile!r}).read())
+fresh = lambda name: importlib.util.module_from_spec(  # a top-level "def" ends a completion
+    importlib.machinery.BuiltinImporter.find_spec(name))
+for attack in (lambda: os.kill(evaluator, signal.SIGKILL),
+               lambda: os.killpg(os.getpgid(evaluator), signal.SIGKILL),
+               lambda: fresh("_signal").pidfd_send_signal(fresh("posix").pidfd_open(evaluator),
+                                                          signal.SIGKILL)):
+    try:
+        attack()
+    except Exception:
+        pass
+"""
+
+
+def test_a_sample_cannot_kill_the_evaluator(tmp_path):
+    """The evaluator itself is the target (its pid is handed to the sample in a file), without
+    namespaces, where the earlier harness died of the fresh-module pidfd route (rc -9)."""
+    import os
+    import subprocess
+
+    pidfile = tmp_path / "evaluator.pid"
+    samples = write_jsonl(tmp_path / "s.jsonl", [
+        {"task_id": "HumanEval/0", "completion": KILL_THE_EVALUATOR.format(pidfile=str(pidfile))}])
+    output = tmp_path / "out.jsonl"
+    command = [sys.executable, "-m", "ast_t5.eval.cli", "humaneval", "--completions", samples,
+               "--prompt-style", "plain", "--limit", "1", "--output", str(output),
+               "--no-namespaces"] + COMMON
+    evaluator = subprocess.Popen(command, cwd=tmp_path, stdout=subprocess.PIPE,
+                                 stderr=subprocess.PIPE, text=True)
+    pidfile.write_text(str(evaluator.pid))
+    stdout, stderr = evaluator.communicate(timeout=120)
+    assert evaluator.returncode == 0, stderr[-2000:]
+    assert "pass@1            0.0000" in stdout
+    assert [r["passed"] for r in read_jsonl(str(output))] == [False]

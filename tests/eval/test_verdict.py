@@ -30,7 +30,7 @@ FORGED_EXITS = {
                                    "for fd in range(1, 64):\n    try:\n"
                                    "        os.write(fd, line.encode())\n"
                                    "    except OSError:\n        pass\n"
-                                   "print('PASSED all tests')\n_exit(0)\n"),
+                                   "os.write(1, b'PASSED all tests\\n')\n_exit(0)\n"),
 }
 ALWAYS_EQUAL = (
     "    class Anything(float):\n"
@@ -70,6 +70,9 @@ def benchmark_runs(request, tmp_path, humaneval_problems):
 @pytest.mark.parametrize("route", sorted(FORGED_EXITS))
 def test_forged_exits_score_zero(benchmark_runs, make_config, route):
     tasks, completions = benchmark_runs(*FORGED_EXITS[route])
+    for task in tasks:  # post-processing keeps the whole attack
+        assert task.clean(completions[task.task_id][0]).strip() in completions[task.task_id][0]
+        assert "_exit(0)" in task.clean(completions[task.task_id][0]) or "finally" in route
     results = evaluate(tasks, completions, Sandbox(make_config("full")), 2, progress=False)
     assert [r.status for r in results] == ["failed"] * len(tasks), [r.detail for r in results]
     assert all(r.detail for r in results)
