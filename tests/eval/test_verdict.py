@@ -72,7 +72,7 @@ def test_forged_exits_score_zero(benchmark_runs, make_config, route):
     tasks, completions = benchmark_runs(*FORGED_EXITS[route])
     for task in tasks:  # post-processing keeps the whole attack
         assert task.clean(completions[task.task_id][0]).strip() in completions[task.task_id][0]
-        assert "_exit(0)" in task.clean(completions[task.task_id][0]) or "finally" in route
+        assert "_exit" in task.clean(completions[task.task_id][0]) or "finally" in route
     results = evaluate(tasks, completions, Sandbox(make_config("full")), 2, progress=False)
     assert [r.status for r in results] == ["failed"] * len(tasks), [r.detail for r in results]
     assert all(r.detail for r in results)
