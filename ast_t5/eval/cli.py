@@ -6,11 +6,14 @@ Examples::
     ast-t5-eval humaneval --checkpoint checkpoints/ast_t5_base --beam 10
     ast-t5-eval humaneval --write-prompts prompts.jsonl          # generate elsewhere
     ast-t5-eval mbpp --data mbpp.jsonl --completions samples.jsonl --prompt-style plain
-    ast-t5-eval text-metrics --hyp test.hyp --ref test.ref
+    ast-t5-eval text-metrics --generations test.hyp.jsonl --references test.jsonl
+    ast-t5-eval text-metrics --hyp test.hyp --ref test.ref       # one example per line
 
 Completion sources: ``--completions FILE`` (see completions.py for the format) or
 ``--checkpoint DIR`` (through ``ast_t5.generate.load_completion_fn``, imported only then).
-Per-sample results go to ``--output`` (JSONL, written atomically); the summary is printed.
+Per-sample results go to ``--output`` (JSONL): each one is appended to ``OUTPUT.partial`` as it
+finishes, and the complete, ordered file replaces OUTPUT atomically at the end (after an
+interruption, the partial file keeps what finished). The summary is printed.
 Exit status: 0 on success, 2 for bad input (with a one-line message).
 """
 import argparse
@@ -24,11 +27,12 @@ from .completions import (generate_completions, load_checkpoint_completion_fn, l
                           write_prompts)
 from .harness import evaluate, format_summary, summarize
 from .humaneval import build_humaneval_tasks, load_humaneval
-from .jsonl_io import write_jsonl_atomic, write_text_atomic
+from .jsonl_io import json_line, read_jsonl, write_jsonl_atomic, write_text_atomic
 from .mbpp import build_mbpp_tasks, load_mbpp
 from .metrics import CODE_TOKENIZER, EM_NORMALIZATIONS, read_lines, text_metrics
 from .passk import DEFAULT_KS
-from .sandbox import DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Sandbox, SandboxConfig
+from .sandbox import (DEFAULT_MEMORY_MB, DEFAULT_TIMEOUT_S, Sandbox, SandboxConfig,
+                      probe_isolation)
 from .tasks import DEFAULT_PROMPT_STYLE, DEFAULT_SENTINEL, PROMPT_STYLES, EvalInputError, Task
 
 logger = logging.getLogger(__name__)
@@ -64,8 +68,9 @@ def _add_benchmark_args(parser: argparse.ArgumentParser, benchmark: str) -> None
                         help="span sentinel of ast_t5 prompts (default %(default)s)")
     parser.add_argument("--num-samples", type=_positive(int), help="samples per task "
                         "(generated; or the first N of a completions file; default 1 / all)")
-    parser.add_argument("--k", type=_positive(int), nargs="+", default=list(DEFAULT_KS),
-                        help="pass@k values; those above the samples per task are skipped")
+    parser.add_argument("--k", type=_positive(int), nargs="+",
+                        help="pass@k values (default: 1 10 100, each only where there are "
+                        "enough samples per task; a k you give that is too large is warned of)")
     parser.add_argument("--timeout", type=_positive(float), default=DEFAULT_TIMEOUT_S,
                         help="seconds per program (default %(default)s)")
     parser.add_argument("--memory-mb", type=_positive(int), default=DEFAULT_MEMORY_MB,
@@ -76,7 +81,8 @@ def _add_benchmark_args(parser: argparse.ArgumentParser, benchmark: str) -> None
     parser.add_argument("--output", metavar="FILE", help="per-sample results (JSONL)")
     parser.add_argument("--no-progress", action="store_true", help="hide progress bars")
     parser.add_argument("--no-namespaces", action="store_true",
-                        help="do not use Linux namespaces (resource limits and the guard only)")
+                        help="do not use Linux namespaces (Landlock, seccomp, resource limits "
+                        "and the guard remain; see the README's evaluation section)")
     generation = parser.add_argument_group("generation (with --checkpoint)")
     generation.add_argument("--beam", type=_positive(int), default=BEAM_DEFAULTS[benchmark])
     generation.add_argument("--length-penalty", type=float,
@@ -106,9 +112,16 @@ def build_parser() -> argparse.ArgumentParser:
     mbpp.add_argument("--data", metavar="FILE", required=True, help="MBPP-format JSONL")
     _add_benchmark_args(mbpp, "mbpp")
     mbpp.set_defaults(handler=_run_mbpp)
-    metrics = commands.add_parser("text-metrics", help="exact match and BLEU of line files")
-    metrics.add_argument("--hyp", metavar="FILE", required=True, help="one hypothesis per line")
-    metrics.add_argument("--ref", metavar="FILE", required=True, action="append",
+    metrics = commands.add_parser("text-metrics", help="exact match and BLEU")
+    metrics.add_argument("--generations", metavar="FILE",
+                         help="ast-t5-generate output JSONL; paired with the references by record")
+    metrics.add_argument("--references", metavar="FILE",
+                         help="the test JSONL the generations were made from (default: the "
+                         "reference field of the generation records themselves)")
+    metrics.add_argument("--ref-field", default="target",
+                         help="reference field of the JSONL records (default %(default)s)")
+    metrics.add_argument("--hyp", metavar="FILE", help="one hypothesis per line")
+    metrics.add_argument("--ref", metavar="FILE", action="append",
                          help="one reference per line; repeat for several references")
     metrics.add_argument("--tokenize", default=CODE_TOKENIZER,
                          help="BLEU tokenizer: code (default), none, 13a, intl, char")
@@ -146,6 +159,44 @@ def _completions(tasks: Sequence[Task], args: argparse.Namespace):
                                 progress=not args.no_progress)
 
 
+def _log_isolation(config: SandboxConfig) -> None:
+    """Say once which isolation layers this machine gives the sandbox."""
+    try:
+        layers = probe_isolation(config)
+    except RuntimeError as exc:
+        raise EvalInputError(str(exc)) from None
+    logger.info("sandbox isolation: %s", ", ".join(layers))
+    missing = [name for name in ("netns", "pidns", "landlock-fs", "landlock-signals")
+               if name not in layers]
+    if missing:
+        logger.warning("sandbox layers not available here: %s (see the README's evaluation "
+                       "section for what that leaves to the guard)", ", ".join(missing))
+
+
+class _IncrementalOutput:
+    """Appends each finished result to PATH.partial; `finish` writes PATH in order."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self.partial = path + ".partial"
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        self._handle = open(self.partial, "w", encoding="utf-8")
+
+    def add(self, result) -> None:
+        self._handle.write(json_line(result.to_record()))
+        self._handle.flush()
+
+    def finish(self, results) -> None:
+        self._handle.close()
+        write_jsonl_atomic(self.path, (result.to_record() for result in results))
+        os.unlink(self.partial)
+
+    def abandon(self) -> None:
+        self._handle.close()
+        logger.error("interrupted: the results finished so far are in %s", self.partial)
+
+
 def _run_benchmark(benchmark: str, tasks: List[Task], args: argparse.Namespace) -> int:
     if args.limit:
         tasks = tasks[:args.limit]
@@ -157,20 +208,71 @@ def _run_benchmark(benchmark: str, tasks: List[Task], args: argparse.Namespace) 
         raise EvalInputError(
             "give --completions FILE or --checkpoint DIR (or just --write-prompts FILE)")
     completions = _completions(tasks, args)
-    sandbox = Sandbox(SandboxConfig(timeout_s=args.timeout, memory_mb=args.memory_mb,
-                                    use_namespaces=not args.no_namespaces))
-    results = evaluate(tasks, completions, sandbox, args.workers, progress=not args.no_progress)
-    summary = summarize(benchmark, tasks, results, args.k)
-    if args.output:
-        write_jsonl_atomic(args.output, (result.to_record() for result in results))
+    config = SandboxConfig(timeout_s=args.timeout, memory_mb=args.memory_mb,
+                           use_namespaces=not args.no_namespaces)
+    _log_isolation(config)
+    output = _IncrementalOutput(args.output) if args.output else None
+    try:
+        results = evaluate(tasks, completions, Sandbox(config), args.workers,
+                           progress=not args.no_progress,
+                           on_result=output.add if output else None)
+    except BaseException:
+        if output:
+            output.abandon()
+        raise
+    summary = summarize(benchmark, tasks, results, args.k or DEFAULT_KS,
+                        warn_skipped_k=args.k is not None)
+    if output:
+        output.finish(results)
         logger.info("wrote %d results to %s", len(results), args.output)
     print(format_summary(summary))
     return 0
 
 
+def _paired_records(args: argparse.Namespace):
+    """Hypotheses and references from JSONL records, paired record by record."""
+    generated = read_jsonl(args.generations)
+    references = read_jsonl(args.references) if args.references else generated
+    source = args.references or args.generations
+    if len(references) != len(generated):
+        raise EvalInputError(f"{args.generations} has {len(generated)} records, {source} has "
+                             f"{len(references)}: they cannot be paired")
+    hypotheses, targets = [], []
+    for index, (record, reference) in enumerate(zip(generated, references)):
+        outputs = record.get("generations")
+        if not (isinstance(outputs, list) and outputs and isinstance(outputs[0], str)):
+            raise EvalInputError(f"{args.generations}: record {index} has no 'generations' list "
+                                 "of strings (is it ast-t5-generate output?)")
+        target = reference.get(args.ref_field)
+        if not isinstance(target, str):
+            raise EvalInputError(f"{source}: record {index} has no string field "
+                                 f"{args.ref_field!r} (see --ref-field)")
+        for key in set(record) & set(reference) - {"generations"}:
+            if record[key] != reference[key]:
+                raise EvalInputError(
+                    f"record {index} differs in field {key!r} between {args.generations} and "
+                    f"{source}: the files are not in the same order")
+        hypotheses.append(outputs[0])
+        targets.append(target)
+    return hypotheses, [targets]
+
+
 def _run_text_metrics(args: argparse.Namespace) -> int:
-    hypotheses = read_lines(args.hyp)
-    references = [read_lines(path) for path in args.ref]
+    if args.generations:
+        if args.hyp or args.ref:
+            raise EvalInputError("give --generations (JSONL) or --hyp/--ref (line files), "
+                                 "not both")
+        hypotheses, references = _paired_records(args)
+    elif args.hyp and args.ref:
+        for path in [args.hyp] + args.ref:
+            if path.endswith((".jsonl", ".jsonl.gz")):
+                raise EvalInputError(
+                    f"{path} is JSONL: one record may span several lines of a line file; "
+                    "use --generations FILE --references FILE to pair records")
+        hypotheses = read_lines(args.hyp)
+        references = [read_lines(path) for path in args.ref]
+    else:
+        raise EvalInputError("give --generations FILE [--references FILE], or --hyp and --ref")
     scores = text_metrics(hypotheses, references, args.tokenize, args.em_normalization)
     if args.output:
         write_text_atomic(args.output, json.dumps(scores, indent=2) + "\n")

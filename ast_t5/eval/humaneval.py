@@ -68,7 +68,7 @@ def humaneval_task(problem: dict, style: str, sentinel: str = DEFAULT_SENTINEL) 
     else:
         raise EvalInputError(f"unknown prompt style {style!r}")
     return Task(task_id=problem["task_id"], prompt=prompt, prefix=problem["prompt"],
-                suffix=suffix, postprocess=postprocess)
+                suffix=suffix, postprocess=postprocess, entry_points=(problem["entry_point"],))
 
 
 def build_humaneval_tasks(problems: List[dict], style: str,

@@ -66,7 +66,17 @@ def write_text_atomic(path: str, text: str) -> None:
         raise
 
 
+def json_line(record: dict) -> str:
+    """One JSONL line; UTF-8 text as it is, but ASCII escapes where a string cannot be encoded
+    (a lone surrogate such as ``"\\ud800"`` from a model's output reads back unchanged)."""
+    line = json.dumps(record, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(record, ensure_ascii=True)
+    return line + "\n"
+
+
 def write_jsonl_atomic(path: str, records: Iterable[dict]) -> None:
     """Write one JSON object per line, atomically."""
-    lines = [json.dumps(record, ensure_ascii=False) + "\n" for record in records]
-    write_text_atomic(path, "".join(lines))
+    write_text_atomic(path, "".join(json_line(record) for record in records))

@@ -134,7 +134,9 @@ def mbpp_task(record: dict, index: int, style: str,
         signature = signature_prompt(record["code"], description, tests)
     if signature is not None:
         prompt = signature + "\n" + BODY_INDENT + sentinel
-        return Task(task_id, prompt, header + signature + "\n", suffix, AST_T5_BODY), False
+        entry_point = ast.parse(signature).body[0].name
+        return Task(task_id, prompt, header + signature + "\n", suffix, AST_T5_BODY,
+                    (entry_point,)), False
     prompt = plain_prompt(description, tests)
     return Task(task_id, prompt, header + prompt, suffix, MBPP_PLAIN), style == "ast_t5"
 

@@ -35,15 +35,20 @@ def mean_pass_at_k(counts: Sequence[Tuple[int, int]], k: int) -> float:
     return sum(pass_at_k(n, c, k) for n, c in counts) / len(counts)
 
 
-def pass_at_k_table(counts: Sequence[Tuple[int, int]], ks: Sequence[int]) -> Dict[str, float]:
-    """{"pass@k": score} for every k in `ks` that every problem has enough samples for."""
+def pass_at_k_table(counts: Sequence[Tuple[int, int]], ks: Sequence[int],
+                    warn: bool = True) -> Dict[str, float]:
+    """{"pass@k": score} for every k in `ks` that every problem has enough samples for.
+
+    A k that is skipped is logged as a warning, or only at debug level when `warn` is false.
+    """
     if not counts:
         raise ValueError("pass@k of an empty benchmark")
     smallest_n = min(n for n, _ in counts)
     table = {}
     for k in sorted(set(ks)):
         if k > smallest_n:
-            logger.warning("pass@%d skipped: some problems have only %d samples", k, smallest_n)
+            logger.log(logging.WARNING if warn else logging.DEBUG,
+                       "pass@%d skipped: some problems have only %d samples", k, smallest_n)
             continue
         table[f"pass@{k}"] = mean_pass_at_k(counts, k)
     return table

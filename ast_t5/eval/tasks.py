@@ -5,6 +5,7 @@ between when it is executed (`prefix`, `suffix`), and how a raw completion is cl
 (`postprocess`). HumanEval and MBPP-format benchmarks both produce Tasks (humaneval.py, mbpp.py).
 """
 from dataclasses import dataclass
+from typing import Tuple
 
 from ..data.sentinels import SENTINEL_FORMAT
 from .postprocess import PostprocessConfig, postprocess_completion
@@ -22,13 +23,20 @@ class EvalInputError(ValueError):
 
 @dataclass(frozen=True)
 class Task:
-    """One problem: program = prefix + postprocess(completion) + "\\n" + suffix."""
+    """One problem: program = prefix + postprocess(completion) + "\\n" + suffix.
+
+    In the sandbox the program runs without the suffix (`candidate_program`), and the suffix, the
+    tests, runs in a separate judge process after the (trusted) `prefix`, calling the program's
+    `entry_points` and any other name the tests use that neither the prefix nor the tests define
+    (ast_t5.eval.sandbox.Sandbox.run_tests).
+    """
 
     task_id: str
     prompt: str  # what the model (or whoever writes the completions) sees
     prefix: str  # executed before the completion
     suffix: str  # executed after it: the tests, and the call that runs them
     postprocess: PostprocessConfig
+    entry_points: Tuple[str, ...] = ()  # functions the tests always take from the program
 
     def clean(self, completion: str) -> str:
         """The completion as it will be executed."""
@@ -36,4 +44,8 @@ class Task:
 
     def program(self, cleaned_completion: str) -> str:
         """The full program for an already cleaned completion (see `clean`)."""
-        return self.prefix + cleaned_completion + "\n" + self.suffix
+        return self.candidate_program(cleaned_completion) + self.suffix
+
+    def candidate_program(self, cleaned_completion: str) -> str:
+        """What runs inside the sandbox: the program without its tests."""
+        return self.prefix + cleaned_completion + "\n"

@@ -4,6 +4,7 @@ import json
 import pytest
 
 from ast_t5.eval.harness import evaluate
+from ast_t5.eval.jsonl_io import read_jsonl
 from ast_t5.eval.mbpp import build_mbpp_tasks, load_mbpp, render_doctest, signature_prompt
 from ast_t5.eval.postprocess import AST_T5_BODY, MBPP_PLAIN
 from ast_t5.eval.sandbox import Sandbox, SandboxConfig
@@ -101,3 +102,23 @@ def test_duplicate_ids_and_bad_json(tmp_path):
     path.write_text(json.dumps(record) + "\n{oops\n")
     with pytest.raises(EvalInputError, match=r"dup.jsonl:2: invalid JSON"):
         load_mbpp(str(path))
+
+
+def test_surrogates_and_forged_output_on_the_shipped_samples(tmp_path, mbpp_file, capsys):
+    """The CLI on these samples: a lone surrogate is written out; a printed PASS is no pass."""
+    from ast_t5.eval.cli import main
+
+    completions = tmp_path / "c.jsonl"
+    completions.write_text("".join(json.dumps(r) + "\n" for r in [
+        {"task_id": 11, "completion": "<extra_id_0>return '\ud800'"},
+        {"task_id": "circle", "completion": "<extra_id_0>print('PASS')\n    return 0.0"},
+        {"task_id": 2, "completion": GOOD["2"]},
+    ]))
+    output = tmp_path / "out.jsonl"
+    assert main(["mbpp", "--data", mbpp_file, "--completions", str(completions), "--output",
+                 str(output), "--no-progress", "--workers", "2"]) == 0
+    records = {r["task_id"]: r for r in read_jsonl(str(output))}
+    assert records["11"]["completion"] == "<extra_id_0>return '\ud800'"
+    assert not records["11"]["passed"] and records["11"]["detail"].startswith("test failed")
+    assert not records["circle"]["passed"] and records["2"]["passed"]
+    assert "pass@1            0.3333" in capsys.readouterr().out

@@ -34,7 +34,7 @@ def test_passing_and_failing_programs(make_config):
     assert ok.stdout == "hello\n" and ok.detail == ""
     bad = sandbox.run("assert 1 + 1 == 3, 'arithmetic'\n")
     assert bad.status == FAILED and not bad.passed
-    assert bad.detail == "AssertionError: arithmetic"
+    assert bad.detail == "the program raised 'AssertionError': 'arithmetic'"
     syntax = sandbox.run("def f(:\n")
     assert syntax.status == FAILED and "SyntaxError" in syntax.detail
 
@@ -51,8 +51,10 @@ def test_child_imports_neither_ast_t5_nor_fairseq(make_config):
 
 def test_isolation_is_reported(isolation):
     assert {"rlimits", "process-group-kill", "temp-dir", "minimal-env", "guard"} <= isolation
-    unguarded = run_program("pass\n", SandboxConfig(use_namespaces=False, guard=False))
+    unguarded = run_program("pass\n", SandboxConfig(use_namespaces=False, guard=False,
+                                                    landlock=False))
     assert "guard" not in unguarded.isolation and "netns" not in unguarded.isolation
+    assert not any(name.startswith("landlock") for name in unguarded.isolation)
 
 
 def unshare_supported() -> bool:
@@ -76,6 +78,25 @@ def test_namespaces_active_where_supported(isolation):
     if not unshare_supported():
         pytest.skip("this machine forbids unshare(); the sandbox falls back to the guard")
     assert {"netns", "readonly-fs", "tmpfs-workdir", "pidns", "private-proc"} <= isolation
+
+
+def landlock_abi() -> int:
+    """Checked without the sandbox's code: the kernel's Landlock ABI version (0: none)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    return max(0, libc.syscall(444, None, ctypes.c_size_t(0), ctypes.c_uint32(1)))
+
+
+def test_kernel_layers_active_where_supported(isolation):
+    """Guards against Landlock or seccomp silently failing to apply on a machine that has them."""
+    abi = landlock_abi()
+    expected = {name for version, name in ((1, "landlock-fs"), (4, "landlock-net"),
+                                           (6, "landlock-signals")) if abi >= version}
+    if os.uname().machine == "x86_64":
+        expected.add("seccomp")
+    if not expected:
+        pytest.skip("no Landlock and no x86_64 seccomp filter on this machine")
+    assert expected <= isolation
 
 
 def test_config_rejects_nonsense():
@@ -158,7 +179,9 @@ def test_exit_tricks_never_skip_the_tests(make_config, exit_call):
     assert result.status == FAILED, result
 
 
-def test_exit_trick_needs_the_guard(make_config):
-    """Without the guard, os._exit(0) would skip the failing tests: the guard is what stops it."""
-    program = "import os\nos._exit(0)\nassert False\n"
-    assert run_program(program, make_config("control")).status == PASSED
+def test_exit_status_zero_is_not_a_pass_even_unprotected(make_config):
+    """os._exit(0) ends the unprotected program cleanly, yet no verdict means no pass."""
+    result = run_program("import os\nos._exit(0)\nassert False\n", make_config("control"))
+    assert result.returncode == 0 and result.status == FAILED
+    assert result.detail == "the program's process ended (or closed its channel) before it answered"
+    assert run_program("pass\n", make_config("control")).status == PASSED
