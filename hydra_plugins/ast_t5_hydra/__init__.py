@@ -136,3 +136,20 @@ class AstT5SearchPathPlugin(SearchPathPlugin):
         for d in config_dirs():
             search_path.append("ast-t5", f"file://{d}")
         search_path.append("ast-t5-hydra", f"file://{os.path.join(HERE, 'conf')}")
+
+
+try:
+    from hydra.experimental.callback import Callback
+except ImportError:  # pragma: no cover  (Hydra < 1.1 has no callbacks)
+    Callback = object
+
+
+class ConfigChecks(Callback):
+    """Hydra callback our configs register (``hydra.callbacks.ast_t5_checks``): runs
+    ``ast_t5.config_checks`` on the composed config before fairseq starts, so a wrong name, key
+    or path ends the run in one line (exit 2) instead of a traceback deep in fairseq."""
+
+    def on_job_start(self, config, **kwargs) -> None:
+        from ast_t5.config_checks import run_checks_or_exit
+
+        run_checks_or_exit(config)
