@@ -6,8 +6,8 @@ when ``max_update == warmup_updates``; ``polynomial_decay`` counts warm-up only 
 schedule is a pure function of the update number:
 
 * updates ``0..W``: linear from ``warmup_init_lr`` to ``lr``, where ``W`` is ``warmup_updates``
-  or, when ``warmup_ratio`` > 0, ``round(warmup_ratio * max_update)`` (so a short fine-tune gets
-  a short warm-up);
+  when it is > 0, else ``round(warmup_ratio * max_update)`` (so a short fine-tune gets a short
+  warm-up);
 * updates ``W..max_update``: ``decay=cosine`` (half a cosine) or ``linear`` from ``lr`` to
   ``final_lr``, or ``constant``;
 * after ``max_update`` (a run resumed with a larger limit keeps the end value): ``final_lr``.
@@ -27,8 +27,7 @@ DECAYS = ChoiceEnum(["cosine", "linear", "constant"])
 class WarmupDecayConfig(FairseqDataclass):
     warmup_updates: int = field(default=0, metadata={"help": "linear warm-up over this many updates"})
     warmup_ratio: float = field(default=0.0, metadata={
-        "help": "if > 0, warm up over round(warmup_ratio * max_update) updates instead of "
-                "warmup_updates"})
+        "help": "when warmup_updates is 0, warm up over round(warmup_ratio * max_update) updates"})
     warmup_init_lr: float = field(default=0.0, metadata={"help": "learning rate at update 0"})
     decay: DECAYS = field(default="cosine", metadata={"help": "shape after warm-up"})
     final_lr: float = field(default=0.0, metadata={"help": "learning rate at max_update"})
@@ -41,7 +40,7 @@ def warmup_steps(cfg: WarmupDecayConfig) -> int:
     if cfg.warmup_updates < 0 or not 0 <= cfg.warmup_ratio < 1:
         raise ValueError(f"lr_scheduler.warmup_updates={cfg.warmup_updates} must be >= 0 and "
                          f"lr_scheduler.warmup_ratio={cfg.warmup_ratio} in [0, 1)")
-    if cfg.warmup_ratio > 0:
+    if cfg.warmup_updates == 0 and cfg.warmup_ratio > 0:
         if cfg.max_update <= 0:
             raise ValueError("lr_scheduler.warmup_ratio needs optimization.max_update > 0")
         return int(round(cfg.warmup_ratio * cfg.max_update))

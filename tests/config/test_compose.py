@@ -85,6 +85,7 @@ def test_switching_optimizer_and_schedule_from_the_command_line():
     """The README's override for Adafactor with an inverse square-root schedule composes."""
     src = os.path.join(REPO, "config", "pretrain")
     cfg = compose(src, "base", ["task.data=/x", "optimizer._name=t5_adafactor", "~optimizer.adam_betas",
-                                "lr_scheduler._name=inverse_sqrt", "~lr_scheduler.warmup_init_lr"])
+                                "lr_scheduler._name=inverse_sqrt", "~lr_scheduler.warmup_init_lr",
+                                "~lr_scheduler.decay"])
     assert cfg.optimizer._name == "t5_adafactor" and cfg.optimizer.scale_parameter is True
     assert cfg.lr_scheduler._name == "inverse_sqrt"
