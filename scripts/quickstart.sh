@@ -6,7 +6,8 @@
 #
 #   bash scripts/quickstart.sh                      # outputs in data/default, checkpoints/tiny
 #   DATA=/tmp/d CKPT=/tmp/c UPDATES=500 bash scripts/quickstart.sh
-# Re-running skips what is complete (preprocessing) and resumes training from its checkpoint.
+# Re-running skips what is complete: preprocessing, and training (it says "training is complete"
+# when the checkpoint is at UPDATES; a larger UPDATES resumes from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-data/default}
@@ -19,7 +20,7 @@ echo "== 1/3 preprocessing the default corpus into $DATA"
 ast-t5-preprocess run -o "$DATA" --vocab-size 8000 --workers 2
 
 echo "== 2/3 pre-training config/pretrain/tiny.yaml for $UPDATES updates (CPU)"
-fairseq-hydra-train --config-dir config/pretrain --config-name tiny \
+fairseq-hydra-train --config-name tiny \
     task.data="$DATA" checkpoint.save_dir="$CKPT" optimization.max_update="$UPDATES"
 
 echo "== 3/3 span infilling with $CKPT/checkpoint_last.pt"

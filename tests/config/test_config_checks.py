@@ -56,6 +56,9 @@ def test_all_shipped_configs_pass_the_checks(tmp_path):
         for name in sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".yaml")):
             run_checks(compose(folder, name, [f"task.data={tmp_path}",
                                               f"checkpoint.save_dir={tmp_path / name}"]))
+    for rc in sorted(n[:-5] for n in os.listdir(os.path.join(PRETRAIN, "run_config"))):
+        extra = ["distributed_training.distributed_world_size=16"] if rc == "nodes_n" else []
+        run_checks(tiny(tmp_path, f"+run_config={rc}", *extra))
 
 
 def test_missing_restore_file_is_refused(tmp_path):
