@@ -19,7 +19,7 @@ import difflib
 import logging
 import os
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Optional
 
 from omegaconf import DictConfig, OmegaConf
 

@@ -9,7 +9,6 @@ import torch
 from omegaconf import OmegaConf
 
 import hydra_plugins.ast_t5_hydra as plugin
-from ast_t5 import config_checks
 from ast_t5.config_checks import ConfigCheckError, TrainingComplete, run_checks
 from ast_t5.optim.warmup_decay import WarmupDecayConfig, learning_rate
 
