@@ -50,16 +50,6 @@ def test_listed_keys_take_plain_overrides(tmp_path):
     assert cfg.model.attention_backend == "sdpa"
 
 
-def test_all_shipped_configs_pass_the_checks(tmp_path):
-    for folder in (PRETRAIN, FINETUNE):
-        for name in sorted(n[:-5] for n in os.listdir(folder) if n.endswith(".yaml")):
-            run_checks(compose(folder, name, [f"task.data={tmp_path}",
-                                              f"checkpoint.save_dir={tmp_path / name}"]))
-    for rc in sorted(n[:-5] for n in os.listdir(os.path.join(PRETRAIN, "run_config"))):
-        extra = ["distributed_training.distributed_world_size=16"] if rc == "nodes_n" else []
-        run_checks(tiny(tmp_path, f"+run_config={rc}", *extra))
-
-
 def test_missing_restore_file_is_refused(tmp_path):
     with pytest.raises(ConfigCheckError, match="restore_file=.*no such file .*train from scratch"):
         run_checks(tiny(tmp_path, f"checkpoint.restore_file={tmp_path / 'nope.pt'}"))
