@@ -48,11 +48,16 @@ setup(
         "ast_t5_preprocess",
         "fused_ops",
         "hydra_plugins.ast_t5_hydra",
+        "ast_t5_configs",
     ],
     # `preprocess` alone is too generic a top-level name, so the folder installs as
     # `ast_t5_preprocess`.
-    package_dir={"ast_t5_preprocess": "preprocess"},
-    package_data={"ast_t5_preprocess": ["default_corpus/*/*"], "fused_ops": ["csrc/*", "csrc/cuda/*"]},
+    # `config/` installs as `ast_t5_configs` (YAML files only), so the Hydra plugin finds the
+    # configs by name from any directory.
+    package_dir={"ast_t5_preprocess": "preprocess", "ast_t5_configs": "config"},
+    package_data={"ast_t5_preprocess": ["default_corpus/*/*"], "fused_ops": ["csrc/*", "csrc/cuda/*"],
+                  "ast_t5_configs": ["pretrain/*.yaml", "pretrain/run_config/*.yaml", "finetune/*.yaml"],
+                  "hydra_plugins.ast_t5_hydra": ["conf/hydra/job_logging/*.yaml"]},
     ext_modules=ext_modules,
     cmdclass=cmdclass,
 )

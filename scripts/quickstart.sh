@@ -7,7 +7,8 @@
 #   bash scripts/quickstart.sh                      # outputs in data/default, checkpoints/tiny
 #   DATA=/tmp/d CKPT=/tmp/c UPDATES=500 bash scripts/quickstart.sh
 #   TEMPERATURE=1 bash scripts/quickstart.sh        # languages by their share of tokens (3: flatter)
-# Re-running skips what is complete (preprocessing) and resumes training from its checkpoint.
+# Re-running skips what is complete: preprocessing, and training (it says "training is complete"
+# when the checkpoint is at UPDATES; a larger UPDATES resumes from it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DATA=${DATA:-data/default}
@@ -33,9 +34,9 @@ for lang in sorted(weights, key=lambda l: -weights[l]):
 PY
 
 echo "== 2/3 pre-training config/pretrain/tiny.yaml for $UPDATES updates (CPU)"
-fairseq-hydra-train --config-dir config/pretrain --config-name tiny \
+fairseq-hydra-train --config-name tiny \
     task.data="$DATA" checkpoint.save_dir="$CKPT" optimization.max_update="$UPDATES" \
-    ++task.sampling_temperature="$TEMPERATURE"
+    task.sampling_temperature="$TEMPERATURE"
 
 echo "== 3/3 span infilling with $CKPT/checkpoint_last.pt"
 PROMPT=$'def read_lines(path):\n    with open(path) as f:\n        <extra_id_0>\n'

@@ -6,7 +6,15 @@ The output loads with ``AutoModelForSeq2SeqLM.from_pretrained(OUT_DIR)`` and
 (stock ``T5ForConditionalGeneration`` weights, untied head), ``tokenizer.json`` +
 ``tokenizer_config.json`` (encodes and decodes exactly like ours, see ``ast_t5.hf.tokenizer``),
 and ``ast_t5_spm.model`` + ``ast_t5_tokenizer.json`` (our tokenizer, for ``ast-t5-import-hf``).
-Before anything is written the Hugging Face model's logits are compared with ours.
+Before anything is written the Hugging Face model's logits are compared with ours on seeded
+random inputs; after writing, the directory is reloaded with ``from_pretrained`` and compared
+again, so a config field that would load differently (e.g. the decoder-output scaling) fails the
+export instead of giving a silently different model.
+
+Transformers >= 5 sets ``tie_word_embeddings=True`` in every loaded ``T5Config`` and then warns
+that ``shared.weight`` and ``lm_head.weight`` differ "so we will NOT tie them": for a T5 v1.1
+model (untied head) that is the right outcome, not a problem with the export. The reload check
+runs with that warning silenced and the export logs one line saying so.
 
 Only the ``t5_v11`` family exports: stock T5 cannot represent the paper family (post-LayerNorm,
 learned absolute positions, tied input/output embeddings, a relative bias in every encoder layer).
@@ -23,6 +31,8 @@ import torch
 from ..generation.checkpoints import CheckpointError, LoadedCheckpoint, load_checkpoint
 from ..models.hf_conversion import hf_t5_config, ours_to_hf_state_dict
 from .files import OutputExistsError, atomic_directory
+from .parity import PARITY_TOLERANCE, hf_logits_difference
+from .parity import logits_difference as random_logits_difference
 from .tokenizer import build_hf_tokenizer
 
 logger = logging.getLogger(__name__)
@@ -32,7 +42,6 @@ PAPER_FAMILY_ERROR = ("the ast_t5_paper family cannot be exported to stock Huggi
                       "uses post-LayerNorm, learned positions, tied embeddings and a relative "
                       "bias per encoder layer); only t5_v11 models export")
 SPM_FILE, META_FILE = "ast_t5_spm.model", "ast_t5_tokenizer.json"
-PARITY_TOLERANCE = 1e-3  # max |logit difference| accepted by the self-check (fp32 gives ~1e-6)
 PARITY_TEXT = "def add(a, b):\n\treturn a + b  # <extra_id_0>\r\n"
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -90,7 +99,8 @@ def export_to_hf(checkpoint: str, out_dir: str, tokenizer_dir: Optional[str] = N
         raise ExportError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
     loaded = load_checkpoint(checkpoint, tokenizer_dir, device="cpu", attention_backend="torch")
     hf_model = build_hf_model(loaded)
-    diff = logits_difference(loaded, hf_model)
+    ids = (len(loaded.dictionary), loaded.dictionary.pad(), loaded.dictionary.eos())
+    diff = max(logits_difference(loaded, hf_model), random_logits_difference(loaded.model, hf_model, *ids))
     if diff > PARITY_TOLERANCE:
         raise ExportError(f"the Hugging Face model's logits differ from ours by {diff:.2e} "
                           f"(> {PARITY_TOLERANCE}); nothing was written")
@@ -100,8 +110,30 @@ def export_to_hf(checkpoint: str, out_dir: str, tokenizer_dir: Optional[str] = N
         hf_model.to(DTYPES[dtype]).save_pretrained(tmp)
         tokenizer.save_pretrained(tmp)
         write_our_tokenizer(loaded, tmp)
-    logger.info("exported %s to %s", loaded.path, out_dir)
+        reloaded = load_exported(tmp)
+        diff = hf_logits_difference(hf_model.float(), reloaded, *ids)
+        if diff > PARITY_TOLERANCE:  # raising here leaves nothing behind
+            raise ExportError(f"the written model, reloaded with from_pretrained, gives logits "
+                              f"{diff:.2e} away from ours (> {PARITY_TOLERANCE}); nothing was written")
+    logger.info("exported %s to %s (reloaded and checked: max logit difference %.2e). Transformers "
+                ">= 5 warns on loading that shared.weight and lm_head.weight are not tied: T5 "
+                "v1.1's head is untied, so that is expected", loaded.path, out_dir, diff)
     return out_dir
+
+
+def load_exported(hf_dir: str):
+    """``T5ForConditionalGeneration.from_pretrained`` in fp32, without transformers' warning that
+    the untied head of a T5 v1.1 model is not tied (see the module docstring)."""
+    from transformers import T5ForConditionalGeneration
+    from transformers.utils import logging as hf_logging
+
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        return T5ForConditionalGeneration.from_pretrained(hf_dir, dtype=torch.float32,
+                                                          local_files_only=True).eval()
+    finally:
+        hf_logging.set_verbosity(verbosity)
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

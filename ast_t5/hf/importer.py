@@ -25,11 +25,12 @@ from typing import Dict, Optional, Sequence
 import torch
 
 from ..data.text_codec import TextCodec
-from ..generation.checkpoints import save_weights_checkpoint
+from ..generation.checkpoints import load_checkpoint, save_weights_checkpoint
 from ..models.config import config_from
 from ..models.hf_conversion import ast_t5_config_from_hf, hf_to_ours_state_dict
 from .export import META_FILE, SPM_FILE
 from .files import OutputExistsError, atomic_directory
+from .parity import PARITY_TOLERANCE, logits_difference
 
 logger = logging.getLogger(__name__)
 
@@ -76,11 +77,36 @@ def load_hf_codec(hf_dir: str, tokenizer_dir: Optional[str]) -> TextCodec:
         return TextCodec.from_bytes(f.read(), num_sentinels)
 
 
-def check_hf_config(config, codec: TextCodec) -> None:
+def decoder_start_id(config, hf_dir: str):
+    """``decoder_start_token_id`` of the config, else of ``generation_config.json`` (where current
+    transformers may keep it), else None."""
+    value = getattr(config, "decoder_start_token_id", None)
+    path = os.path.join(hf_dir, "generation_config.json")
+    if value is None and os.path.isfile(path):
+        with open(path, encoding="utf-8") as f:
+            value = json.load(f).get("decoder_start_token_id")
+    return value
+
+
+def scales_decoder_outputs(config) -> bool:
+    """Whether Hugging Face multiplies the decoder output by d_model ** -0.5 before the head:
+    ``scale_decoder_outputs`` (transformers >= 5), else ``tie_word_embeddings`` (older versions
+    scale exactly when the head is tied)."""
+    scale = getattr(config, "scale_decoder_outputs", None)
+    if scale is None:
+        scale = getattr(config, "tie_word_embeddings", True)
+    return bool(scale)
+
+
+def check_hf_config(config, codec: TextCodec, hf_dir: str = "") -> None:
     """One-line errors for configs our t5_v11 family or vocabulary cannot take."""
     if getattr(config, "model_type", None) != "t5":
         raise HFImportError(f"model_type {getattr(config, 'model_type', None)!r} is not 't5'")
-    ids = (config.pad_token_id, config.eos_token_id, config.decoder_start_token_id)
+    proj = getattr(config, "feed_forward_proj", None)
+    if proj != "gated-gelu":
+        raise HFImportError(f"feed_forward_proj={proj!r}: only T5 v1.1 models (gated-gelu) map to "
+                            "our t5_v11 family (the original T5's relu feed-forward does not)")
+    ids = (config.pad_token_id, config.eos_token_id, decoder_start_id(config, hf_dir))
     if ids != (codec.pad, codec.eos, codec.eos):
         raise HFImportError(f"pad/eos/decoder-start ids {ids} differ from ours ({codec.pad}, "
                             f"{codec.eos}, {codec.eos}); Google's T5 vocabulary layout is not "
@@ -89,8 +115,8 @@ def check_hf_config(config, codec: TextCodec) -> None:
         raise HFImportError(f"the model's vocab_size {config.vocab_size} differs from the "
                            f"tokenizer's {codec.vocab_size}")
     if abs(config.layer_norm_epsilon - 1e-6) > 1e-12:
-        logger.warning("layer_norm_epsilon=%g differs from our 1e-6: logits will differ slightly",
-                       config.layer_norm_epsilon)
+        raise HFImportError(f"layer_norm_epsilon={config.layer_norm_epsilon:g}: our t5_v11 family "
+                            "uses 1e-6")
 
 
 def import_from_hf(hf_dir: str, out_dir: str, tokenizer_dir: Optional[str] = None,
@@ -101,26 +127,53 @@ def import_from_hf(hf_dir: str, out_dir: str, tokenizer_dir: Optional[str] = Non
     if not os.path.isdir(hf_dir):
         raise HFImportError(f"{hf_dir}: no such directory")
     codec = load_hf_codec(hf_dir, tokenizer_dir)
-    config = AutoConfig.from_pretrained(hf_dir, local_files_only=True)
-    check_hf_config(config, codec)
+    try:
+        config = AutoConfig.from_pretrained(hf_dir, local_files_only=True)
+    except (OSError, ValueError) as e:
+        raise HFImportError(f"{hf_dir}: no readable config.json ({str(e).splitlines()[0]})") from None
+    check_hf_config(config, codec, hf_dir)
     try:
         cfg = config_from(ast_t5_config_from_hf(config))
         state = hf_to_ours_state_dict(read_hf_state_dict(hf_dir))
     except KeyError as e:
         raise HFImportError(f"{hf_dir}: weights do not match a T5 v1.1 model "
                             f"({e.args[0]})") from None
+    except ValueError as e:
+        raise HFImportError(f"{hf_dir}: {e}") from None
     rows = state["encoder.embed_tokens.weight"].shape[0]
     if rows != codec.vocab_size:
         raise HFImportError(f"the weights have {rows} token embeddings, the tokenizer "
                             f"{codec.vocab_size} ids")
+    state = {k: v.float() for k, v in state.items()}
+    if scales_decoder_outputs(config):
+        # Hugging Face multiplies the decoder output by d_model ** -0.5 before its (bias-free)
+        # head; our t5_v11 model does not, so the factor goes into the head's weights.
+        head = "decoder.output_projection.weight"
+        state[head] = state[head] * config.d_model ** -0.5
+        logger.info("scale_decoder_outputs: folded d_model ** -0.5 into the output projection")
     final_dir = os.path.abspath(out_dir)
     task_cfg = {"_name": "ast_t5_seq2seq", "data": final_dir, "tokenizer": final_dir}
     with atomic_directory(out_dir, overwrite) as tmp:
         codec.write(tmp)
-        save_weights_checkpoint(os.path.join(tmp, CHECKPOINT_NAME), cfg,
-                                {k: v.float() for k, v in state.items()}, codec, task_cfg)
+        save_weights_checkpoint(os.path.join(tmp, CHECKPOINT_NAME), cfg, state, codec, task_cfg)
+        check_import_parity(hf_dir, tmp, codec)  # raising here leaves nothing behind
     logger.info("imported %s into %s", hf_dir, out_dir)
     return cfg
+
+
+def check_import_parity(hf_dir: str, imported_dir: str, codec: TextCodec) -> float:
+    """HFImportError unless the imported checkpoint's logits equal the Hugging Face model's on
+    seeded random inputs; returns the relative difference."""
+    from .export import load_exported
+
+    loaded = load_checkpoint(imported_dir, device="cpu", attention_backend="torch")
+    diff = logits_difference(loaded.model, load_exported(hf_dir), codec.vocab_size, codec.pad, codec.eos)
+    if diff > PARITY_TOLERANCE:
+        raise HFImportError(f"the imported model's logits differ from the Hugging Face model's by "
+                            f"{diff:.2e} (> {PARITY_TOLERANCE}): a config field our t5_v11 family "
+                            "does not carry changes the function; nothing was written")
+    logger.info("parity check: max relative logit difference %.2e", diff)
+    return diff
 
 
 def finetune_overrides(cfg, out_dir: str) -> str:
@@ -144,7 +197,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     try:
         cfg = import_from_hf(args.hf_dir, args.out_dir, args.tokenizer, args.force)
-    except (HFImportError, OutputExistsError, FileNotFoundError, OSError) as e:
+    except (HFImportError, OutputExistsError, FileNotFoundError, OSError, ValueError) as e:
         print(f"{PROG}: error: {e}", file=sys.stderr)
         return 2
     overrides = finetune_overrides(cfg, args.out_dir)

@@ -42,8 +42,16 @@ def compose(config_dir, name, overrides=()):
     return cfg
 
 
+def checks_pass(cfg, save_dir):
+    """ast_t5.config_checks (the pre-training callback of our configs) accepts the config."""
+    from ast_t5.config_checks import run_checks
+
+    cfg.checkpoint.save_dir = str(save_dir)  # not a checkpoints/ folder of the repository
+    run_checks(cfg)
+
+
 @pytest.mark.parametrize("config_dir,name", list(configs()))
-def test_config_composes_strictly(config_dir, name, monkeypatch):
+def test_config_composes_strictly(config_dir, name, monkeypatch, tmp_path):
     for var, value in (("WORLD_SIZE", "2"), ("RANK", "1"), ("LOCAL_RANK", "1")):
         monkeypatch.setenv(var, value)  # what torchrun sets (read by run_config/torchrun_cpu)
     required = ["task.data=/nonexistent/data"]
@@ -51,10 +59,12 @@ def test_config_composes_strictly(config_dir, name, monkeypatch):
     assert cfg.common.user_dir == os.path.dirname(ast_t5.__file__)
     container = OmegaConf.to_container(cfg, resolve=True)  # every interpolation resolves
     assert container["task"]["_name"]
+    checks_pass(cfg, tmp_path)
     for rc in run_configs(config_dir):
         extra = ["distributed_training.distributed_world_size=16"] if rc == "nodes_n" else []
         composed = compose(config_dir, name, required + [f"+run_config={rc}"] + extra)
         assert composed.distributed_training.distributed_world_size >= 1
+        checks_pass(composed, tmp_path)
         if rc == "torchrun_cpu":
             dt = OmegaConf.to_container(composed.distributed_training, resolve=True)
             assert (dt["distributed_world_size"], dt["distributed_rank"], dt["device_id"]) == (2, 1, 1)
@@ -85,6 +95,7 @@ def test_switching_optimizer_and_schedule_from_the_command_line():
     """The README's override for Adafactor with an inverse square-root schedule composes."""
     src = os.path.join(REPO, "config", "pretrain")
     cfg = compose(src, "base", ["task.data=/x", "optimizer._name=t5_adafactor", "~optimizer.adam_betas",
-                                "lr_scheduler._name=inverse_sqrt", "~lr_scheduler.warmup_init_lr"])
+                                "lr_scheduler._name=inverse_sqrt", "~lr_scheduler.warmup_init_lr",
+                                "~lr_scheduler.decay"])
     assert cfg.optimizer._name == "t5_adafactor" and cfg.optimizer.scale_parameter is True
     assert cfg.lr_scheduler._name == "inverse_sqrt"

@@ -57,7 +57,7 @@ def test_tiny_pretraining_loss_falls_and_logs(pretrain_data, tmp_path):
 def _resume_run(data, save_dir, audit, *extra):
     return HYDRA_TRAIN + tiny_args(data, save_dir, "optimization.max_update=30",
                                    "common.log_interval=1", "checkpoint.save_interval_updates=6",
-                                   "checkpoint.keep_interval_updates=2", f"+task.audit_log={audit}", *extra)
+                                   "checkpoint.keep_interval_updates=2", f"task.audit_log={audit}", *extra)
 
 
 def test_resume_after_sigkill_reproduces_the_uninterrupted_run(pretrain_data, tmp_path):
@@ -94,7 +94,7 @@ def test_two_processes_keep_identical_replicas_on_different_data(pretrain_data, 
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
            "--master-addr", "127.0.0.1", "--master-port", str(free_port()), "-m", "fairseq_cli.hydra_train",
            *tiny_args(pretrain_data, tmp_path / "ckpt", "optimization.max_update=8",
-                      "common.log_interval=2", f"+task.audit_log={audit}", "+run_config=torchrun_cpu")]
+                      "common.log_interval=2", f"task.audit_log={audit}", "+run_config=torchrun_cpu")]
     run = subprocess.run(cmd, cwd=tmp_path, env=train_env(), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
     r0, r1 = read_audit(audit, 0), read_audit(audit, 1)
