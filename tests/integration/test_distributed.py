@@ -35,7 +35,7 @@ def torchrun(data, save_dir, audit, *extra, port=None):
     return [sys.executable, "-m", "torch.distributed.run", "--nnodes", "1", "--nproc-per-node", "2",
             "--master-addr", "127.0.0.1", "--master-port", str(port or free_port()),
             "-m", "fairseq_cli.hydra_train",
-            *tiny_args(data, save_dir, *RUN, f"+task.audit_log={audit}", *extra)]
+            *tiny_args(data, save_dir, *RUN, f"++task.audit_log={audit}", *extra)]
 
 
 def error_lines(text):
@@ -96,7 +96,7 @@ def test_world_size_change_is_refused_or_resumes_by_samples_consumed(pretrain_da
     (tmp_path / "ckpt").mkdir()
     shutil.copyfile(ref_root / "ckpt" / "checkpoint_1_4.pt", tmp_path / "ckpt" / "checkpoint_last.pt")
     one = HYDRA_TRAIN + tiny_args(pretrain_data, tmp_path / "ckpt", *RUN,
-                                  f"+task.audit_log={tmp_path / 'audit'}")
+                                  f"++task.audit_log={tmp_path / 'audit'}")
     refused = subprocess.run(one, cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=600)
     assert refused.returncode == 2
     assert error_lines(refused.stderr) == [
@@ -106,7 +106,7 @@ def test_world_size_change_is_refused_or_resumes_by_samples_consumed(pretrain_da
     assert not (tmp_path / "audit").exists(), "trained although refused"
 
     one = [a.replace("max_update=12", "max_update=6") for a in one]  # two updates are enough here
-    accepted = subprocess.run(one + ["+task.allow_world_size_change=true"], cwd=tmp_path, env=clean_env(),
+    accepted = subprocess.run(one + ["++task.allow_world_size_change=true"], cwd=tmp_path, env=clean_env(),
                               capture_output=True, text=True, timeout=600)
     assert accepted.returncode == 0, accepted.stderr[-3000:]
     got = read_audit(tmp_path / "audit", 0)
@@ -258,7 +258,7 @@ def test_slurm_script_derives_port_and_process_count_and_trains(pretrain_data, t
     assert "--nproc-per-node 2 " in log[1] and "--rdzv-endpoint 127.0.0.1:24243 " in log[1]
     # a CPU job with two tasks per node trains 2 ranks through torchrun (c10d rendezvous)
     run = sbatch(f"checkpoint.save_dir={tmp_path / 'ckpt'}", "optimization.max_update=2",
-                 f"+task.audit_log={tmp_path / 'audit'}", SLURM_JOB_ID=4244,
+                 f"++task.audit_log={tmp_path / 'audit'}", SLURM_JOB_ID=4244,
                  SLURM_NTASKS_PER_NODE=2, MASTER_PORT=free_port())
     assert run.returncode == 0, (run.stdout[-2000:], run.stderr[-3000:])
     assert len(read_audit(tmp_path / "audit", 0)) == len(read_audit(tmp_path / "audit", 1)) == 2
