@@ -431,3 +431,29 @@ def test_torch_varlen_adapter_plumbing():
     out = torch_varlen_bshd(q, k, v, pad, 0.5, varlen_attn=varlen_attn)
     ref = run("torch", (q, k, v, None, pad), False, scale=0.5)
     assert out.shape == ref.shape and (out - ref).abs().max() < 1e-5
+
+
+def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
+    """benchmarks/bench_attention.py's CPU smoke mode (tiny shape, no flex: its CPU compile is slow)."""
+    import importlib.util
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_attention.py")
+    spec = importlib.util.spec_from_file_location("bench_attention", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "sub" / "attention.json"
+    assert bench.main(["--backends", "eager", "sdpa", "auto", "flash-nobias", "--lengths", "24",
+                       "--dropouts", "0", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    assert len(rows) == 8 and payload["device"] == "cpu"  # 4 backends x (no padding, padding)
+    for row in rows:
+        assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
+        assert row["max_err"] < 1e-5 and row["err_ratio"] is not None, row
+    assert {row["ran"] for row in rows if row["backend"] == "auto"} == {"sdpa"}
+    assert "err/ref" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--device", "cuda"] if not torch.cuda.is_available() else ["--lengths", "1"])
+    assert exc.value.code == 2
