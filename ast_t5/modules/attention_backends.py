@@ -88,27 +88,38 @@ AUTO_TABLE = (
 
 def log_once(message: str, *args) -> None:
     """Log ``message % args`` at INFO the first time this exact text is seen in the process."""
+    if torch.compiler.is_compiling():
+        return  # logging would break the graph; eager calls (and the first eager run) log it
     text = message % args if args else message
     if text not in _LOGGED:
         _LOGGED.add(text)
         logger.info(text)
 
 
+# looked up once at import (cheap, imports nothing), so that torch.compile traces no importlib call
+_HAS_FLASH_ATTN = importlib.util.find_spec("flash_attn") is not None
+_HAS_TORCH_VARLEN = importlib.util.find_spec("torch.nn.attention.varlen") is not None
+_CAPABILITIES = {}  # CUDA device index -> major * 10 + minor
+
+
 def flash_attn_installed() -> bool:
     """Whether the optional flash-attn package can be imported (checked without importing it)."""
-    return importlib.util.find_spec("flash_attn") is not None
+    return _HAS_FLASH_ATTN
 
 
 def torch_varlen_available() -> bool:
     """Whether this PyTorch has the flash varlen kernel (torch.nn.attention.varlen, no dropout)."""
-    return importlib.util.find_spec("torch.nn.attention.varlen") is not None
+    return _HAS_TORCH_VARLEN
 
 
 def _capability(device: torch.device) -> int:
     if device.type != "cuda":
         return 0
-    major, minor = torch.cuda.get_device_capability(device)
-    return major * 10 + minor
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index not in _CAPABILITIES:
+        major, minor = torch.cuda.get_device_capability(index)
+        _CAPABILITIES[index] = major * 10 + minor
+    return _CAPABILITIES[index]
 
 
 def auto_choice(device: torch.device, dtype: torch.dtype, dropout_p: float, has_bias: bool,
