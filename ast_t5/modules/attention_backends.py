@@ -330,9 +330,10 @@ def _flex(q, k, v, per_distance, block_mask, scale):
 class FoldedBias:
     """A stack's relative bias and masks, prepared once for all its layers (see `fold_masks`).
 
-    Holds the bias per distance and the masks for ``flex``, and, when a call may end up on a
-    dense kernel (``auto``: dropout is only known per call), the folded dense mask as well. The
-    block mask is built on first use and shared by the layers.
+    Holds the bias per distance and the masks for ``flex`` and, when a call may end up on a dense
+    kernel (``auto`` while dropout is unknown), the folded dense mask as well. The block mask is
+    built on first use and shared by the layers (rebuilt per call inside torch.compile, where the
+    graph dedupes it, so that no traced code mutates this object).
     """
 
     def __init__(self, rel: RelativeBias, key_padding_mask, causal: bool, dense: Optional[torch.Tensor]):
@@ -344,6 +345,8 @@ class FoldedBias:
         self._has_block_mask = False
 
     def block_mask(self, device):
+        if torch.compiler.is_compiling():
+            return flex_block_mask(self.key_padding_mask, self.causal, self.rel.q_len, self.rel.k_len, device)
         if not self._has_block_mask:
             self._block_mask = _shared_block_mask(self.key_padding_mask, self.causal, self.rel.q_len,
                                                   self.rel.k_len, device)
@@ -351,10 +354,15 @@ class FoldedBias:
         return self._block_mask
 
     def dense_mask(self, dtype) -> torch.Tensor:
-        """(1 or B, H, T, S) bias with the masks folded in (built now if not held)."""
+        """(1 or B, H, T, S) bias with the masks folded in (built now if not held; kept for the
+        next layers only outside autograd and compile, where caching cannot upset activation
+        checkpointing)."""
         if self.dense is not None:
             return self.dense
-        return _fold_dense(self.rel.dense(), self.key_padding_mask, self.causal, dtype)
+        dense = _fold_dense(self.rel.dense(), self.key_padding_mask, self.causal, dtype)
+        if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            self.dense = dense
+        return dense
 
 
 BiasLike = Union[torch.Tensor, RelativeBias, FoldedBias]
@@ -401,35 +409,43 @@ def _fold_dense(bias, key_padding_mask, causal, dtype):
 
 def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
                key_padding_mask: Optional[torch.Tensor], causal: bool,
-               dtype: Optional[torch.dtype] = None) -> Tuple[Optional[BiasLike], Optional[torch.Tensor], bool]:
+               dtype: Optional[torch.dtype] = None, dropout_p: Optional[float] = None
+               ) -> Tuple[Optional[BiasLike], Optional[torch.Tensor], bool]:
     """Prepare a stack's bias and masks once, for every layer, in the form its backend takes.
 
     - ``torch``/``sdpa``/``flash`` (and ``auto`` on CPU): padding and causal masks folded into one
       dense (1 or B, H, T, S) bias, cast to ``dtype`` with masked entries at its lowest finite value.
     - ``fused``: the dense bias, masks unchanged (the kernel broadcasts them itself).
     - ``flex``: a `FoldedBias` (bias per distance + block mask); no dense bias is built.
-    - ``auto`` on CUDA: a `FoldedBias` holding both (a call with dropout cannot use flex); under
-      torch.compile the unused one is dropped from the graph.
+    - ``auto`` on CUDA: what `AUTO_TABLE` gives for ``dropout_p``. When the caller does not say
+      (``dropout_p=None``): with autograd on (training, usually with attention dropout) a
+      `FoldedBias` that also holds the dense mask, built here once for all layers; with autograd
+      off (evaluation, no dropout) a `FoldedBias` without it.
 
     Args:
         bias: a `RelativeBias` (from RelativePositionBias) or a dense (1 or B, H, T, S) tensor.
         dtype: the attention's compute dtype (see `compute_dtype`).
+        dropout_p: the layers' attention dropout in this pass (0.0 in eval), if the caller knows it.
     Returns:
         (bias, key_padding_mask, causal) to pass to `attention`.
     """
     if bias is None:
         return bias, key_padding_mask, causal
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
     device = bias.device
-    may_flex = backend == "flex" or (backend == "auto" and device.type == "cuda")
-    if isinstance(bias, RelativeBias) and may_flex:
+    if isinstance(bias, RelativeBias) and (backend == "flex" or (backend == "auto" and device.type == "cuda")):
         dense = None
         if backend == "auto":
-            dense = _fold_dense(bias.dense(), key_padding_mask, causal, dtype)
+            if dropout_p is not None:
+                choice, _ = auto_choice(device, dtype or bias.dtype, dropout_p, True, bias.q_len)
+                if choice != "flex":
+                    return _fold_dense(bias.dense(), key_padding_mask, causal, dtype), None, False
+            elif torch.is_grad_enabled():
+                dense = _fold_dense(bias.dense(), key_padding_mask, causal, dtype)
         return FoldedBias(bias, key_padding_mask, causal, dense), None, False
     if isinstance(bias, RelativeBias):
         bias = bias.dense()
-    if backend not in ATTENTION_BACKENDS:
-        raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
     if backend == "fused":
         return bias, key_padding_mask, causal
     return _fold_dense(bias, key_padding_mask, causal, dtype), None, False
