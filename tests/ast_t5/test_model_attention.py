@@ -457,3 +457,18 @@ def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
     with pytest.raises(SystemExit) as exc:
         bench.main(["--device", "cuda"] if not torch.cuda.is_available() else ["--lengths", "1"])
     assert exc.value.code == 2
+
+
+def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without_autograd():
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[0, -2:] = True
+    folded, _, _ = ab.fold_masks("flex", module(9, 9), pad, causal=False)
+    with torch.no_grad():
+        first = folded.dense_mask(torch.float32)
+        assert folded.dense is first and folded.dense_mask(torch.float32) is first
+    expected, _, _ = ab.fold_masks("sdpa", module(9, 9), pad, causal=False)
+    assert torch.equal(first, expected)
+    folded, _, _ = ab.fold_masks("flex", module(9, 9), pad, causal=False)
+    with_grad = folded.dense_mask(torch.float32)
+    assert with_grad.requires_grad and folded.dense is None  # not cached: checkpoint-safe
