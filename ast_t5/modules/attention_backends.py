@@ -323,6 +323,8 @@ def _flex(q, k, v, per_distance, block_mask, scale):
     if per_distance is not None:
         # contiguous float32 (fp64 kept for tests): the score_mod reads it as a plain buffer
         per_distance = (per_distance if per_distance.dtype == torch.float64 else per_distance.float()).contiguous()
+    if not q.is_cuda:  # inside a compiled model, torch 2.13's CPU flex template takes no strided views
+        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     call = _flex_attention_call if torch.compiler.is_compiling() else _flex_compiled(q.device.type)
     return call(q, k, v, per_distance, block_mask, scale)
 

@@ -275,7 +275,9 @@ def test_flex_with_dropout_falls_back_to_sdpa_with_the_same_result(case):
     rel = RelativePositionBias(HEADS, 32, 128, bidirectional=not causal).double()(q_len, k_len)
     folded, fpad, fcausal = ab.fold_masks("flex", rel, pad, causal)
     torch.manual_seed(3)
+    ab.DISPATCH_COUNTS.clear()
     out = ab.attention(q, k, v, bias=folded, key_padding_mask=fpad, causal=fcausal, dropout_p=0.2, backend="flex")
+    assert ab.DISPATCH_COUNTS["sdpa"] == 1 and ab.DISPATCH_COUNTS["flex"] == 0
     torch.manual_seed(3)
     ref = ab.attention(q, k, v, bias=rel.dense(), key_padding_mask=pad, causal=causal, dropout_p=0.2, backend="sdpa")
     assert (out - ref).abs().max() < 1e-12
@@ -329,13 +331,14 @@ def _cuda_inputs(dtype, q_len, k_len, batch=3, heads=4, head_dim=64, pad=True, s
     return q, k, v, mask
 
 
-def _ran_kernel(fn, needle):
+def _kernel_names(fn):
+    """Names of the CUDA kernels ``fn`` launched (torch.profiler)."""
     from torch.profiler import ProfilerActivity, profile
 
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         fn()
         torch.cuda.synchronize()
-    return any(needle in e.key.lower() for e in prof.key_averages())
+    return [e.key.lower() for e in prof.key_averages()]
 
 
 @requires_cuda
@@ -355,7 +358,6 @@ def test_flex_forward_and_backward_on_gpu_match_eager_and_reach_the_table(q_len,
         grads = torch.autograd.grad(out, (q, k, v, module.embedding.weight), grad_out)
         results[backend] = (out.float(), [g.float() for g in grads])
     # fp32 reference for the error scale: PyTorch's own bf16 error
-    exact = {}
     module32 = module.float()
     folded, fpad, fcausal = ab.fold_masks("torch", module32(q_len, q_len), pad, causal)
     q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
@@ -369,7 +371,9 @@ def test_flex_forward_and_backward_on_gpu_match_eager_and_reach_the_table(q_len,
         assert flex_err <= 4 * eager_err + 1e-3 * exact_t.abs().max().item(), (i, flex_err, eager_err)
     assert results["flex"][1][3].abs().sum() > 0  # the table got a gradient
     folded, _, _ = ab.fold_masks("flex", module(q_len, q_len), pad, causal, dtype=torch.bfloat16)
-    assert _ran_kernel(lambda: ab.attention(q, k, v, bias=folded, backend="flex").sum().backward(), "flex")
+    names = _kernel_names(lambda: ab.attention(q, k, v, bias=folded, backend="flex").sum().backward())
+    assert any("flex" in n or "triton_tem" in n for n in names), names  # inductor's flex templates
+    assert not any("fmha" in n or "flash" in n or "efficient" in n for n in names), names  # not SDPA
 
 
 @requires_cuda
