@@ -315,6 +315,10 @@ def _flex_unsupported(q, k, v, bias) -> Optional[str]:
     if not q.is_cuda and torch.is_grad_enabled() and any(
             t.requires_grad for t in (q, k, v, rel.per_distance)):
         return "FlexAttention has no backward on CPU"
+    if not q.is_cuda and torch.compiler.is_compiling():
+        # torch 2.13's CPU flex template finds no kernel when the bias is computed in the same
+        # graph (NoValidChoicesError); the eager wrapper, which takes it as an input, works
+        return "CPU FlexAttention inside a torch.compile'd model"
     return None
 
 
@@ -323,8 +327,6 @@ def _flex(q, k, v, per_distance, block_mask, scale):
     if per_distance is not None:
         # contiguous float32 (fp64 kept for tests): the score_mod reads it as a plain buffer
         per_distance = (per_distance if per_distance.dtype == torch.float64 else per_distance.float()).contiguous()
-    if not q.is_cuda:  # inside a compiled model, torch 2.13's CPU flex template takes no strided views
-        q, k, v = q.contiguous(), k.contiguous(), v.contiguous()
     call = _flex_attention_call if torch.compiler.is_compiling() else _flex_compiled(q.device.type)
     return call(q, k, v, per_distance, block_mask, scale)
 

@@ -476,3 +476,42 @@ def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without
     folded, _, _ = ab.fold_masks("flex", module(9, 9), pad, causal=False)
     with_grad = folded.dense_mask(torch.float32)
     assert with_grad.requires_grad and folded.dense is None  # not cached: checkpoint-safe
+
+
+@requires_cuda
+def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels():
+    """trainspeed's model.compile path: the whole model under torch.compile with the flex backend
+    (dropout 0, so biased calls stay on flex), loss and gradients as in eager, flex kernels ran,
+    and a second step with the same shapes compiles nothing new."""
+    from fairseq.data import Dictionary
+    from torch._dynamo.utils import counters
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
+    model = AstT5Model.from_dictionary(d, attention_backend="flex", **kwargs).cuda().train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
+    reference.load_state_dict(model.state_dict())
+    src = torch.randint(4, len(d), (4, 200), device="cuda")
+    src[1, -60:] = d.pad()
+    prev = torch.randint(4, len(d), (4, 136), device="cuda")
+
+    def loss_of(m):
+        return m(src, None, prev)[0].float().logsumexp(-1).mean()
+
+    compiled = torch.compile(model)
+    loss = loss_of(compiled)
+    loss.backward()
+    ref = loss_of(reference)
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-4
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() < 1e-3 * (p_ref.grad.abs().max() + 1e-6), name
+    graphs = counters["stats"]["unique_graphs"]
+    names = _kernel_names(lambda: loss_of(compiled).backward())
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert any("flex" in n or "triton_tem" in n for n in names), names
