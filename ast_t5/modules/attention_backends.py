@@ -72,14 +72,17 @@ class AutoRule(NamedTuple):
 # (device capability, dtype, dropout, bias kind, length) -> backend. The H100 figures come from the
 # issue's measurements (B16 H12 T=S=1024 D64 bf16, fwd+bwd incl. bias grad): eager 6.60 ms, fused
 # 4.53 (p=0) / 4.73 (p=0.1), SDPA with the bias as mask 2.62, Flex with the bias 1.52, SDPA
-# bias-free (flash) 0.675. `python benchmarks/bench_attention.py --device cuda` re-measures them.
+# bias-free (flash) 0.675. `python benchmarks/bench_attention.py --device cuda` re-measures them
+# (with the flex row in the per-distance form used here): a backend that loses there must leave
+# this table.
 AUTO_TABLE = (
     AutoRule("cpu", "any", "any", "any", 0, 0, "sdpa",
              "CPU: bench_model.py measures sdpa >= the eager reference"),
     AutoRule("cuda", "none", "any", "half", 80, 0, "flash",
              "bias-free on sm80+: flash 0.675 ms vs SDPA-with-bias 2.62 ms"),
     AutoRule("cuda", "relative", "zero", "half", 80, FLEX_MIN_QUERIES, "flex",
-             "biased, no dropout: Flex 1.52 ms vs SDPA-with-mask 2.62 ms vs fused 4.53 ms"),
+             "biased, no dropout: Flex 1.52 ms (dense bias; the per-distance form is not yet "
+             "measured) vs SDPA-with-mask 2.62 ms vs fused 4.53 ms"),
     AutoRule("cuda", "any", "any", "any", 0, 0, "sdpa",
              "dropout > 0 (Flex has none), short query blocks, fp32 or pre-sm80: SDPA 2.62 ms "
              "vs fused 4.73 ms at p=0.1"),
