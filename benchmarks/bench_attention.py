@@ -12,10 +12,13 @@ gradient reaching the table, as in the model:
 - eager: ``attention_backend=torch`` (softmax(qk + bias) v written out, dense bias);
 - fused: the fused_ops softmax-dropout kernel (CUDA, when the extension loads);
 - sdpa: PyTorch SDPA with bias + masks as one mask in q's dtype (no cuDNN kernel with masks);
-- flex: FlexAttention reading the bias per distance, padding as a block mask (no dropout: rows
-  with dropout show n/a rather than timing its sdpa fallback);
-- flex-dense: FlexAttention reading a dense (1, H, T, S) bias tensor (the issue's 1.52 ms row;
-  benchmark-only comparator);
+- flex: the ``flex`` backend, padding as a block mask (no dropout: rows with dropout show n/a
+  rather than timing its sdpa fallback). With the table gradient (these rows) it reads a
+  (1, H, T, S) float32 bias built once from the per-distance vector (FLEX_TABLE_GRAD="dense",
+  the form measured at 1.52 ms in the issue); forward-only it reads the vector;
+- flex-distance: the same with FLEX_TABLE_GRAD="distance": the kernel reads the (H, 2 M + 1)
+  vector and its backward adds the table gradient atomically (decides whether training can drop
+  the (1, H, T, S) tensor);
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
   attention run; the lower bound for a biased kernel).
@@ -42,7 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
-BACKENDS = ("eager", "fused", "sdpa", "flex", "flex-dense", "auto", "flash-nobias")
+BACKENDS = ("eager", "fused", "sdpa", "flex", "flex-distance", "auto", "flash-nobias")
 NUM_BUCKETS, MAX_DISTANCE = 32, 128  # T5 v1.1
 
 
@@ -101,18 +104,6 @@ def make_case(args, length, padded, dtype, device, seed=0):
     return q, k, v, pad, table, grad_out
 
 
-def _flex_dense_call(q, k, v, bias, block_mask, scale):
-    from torch.nn.attention.flex_attention import flex_attention
-
-    def score_mod(score, b, h, q_idx, kv_idx):
-        return score + bias[0, h, q_idx, kv_idx]
-
-    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
-
-
-_FLEX_DENSE = {}
-
-
 def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: bool) -> Optional[Callable]:
     """A closure running one fwd(+bwd) of backend ``name`` and returning (out, grads), or None when
     the backend does not apply (flex with dropout)."""
@@ -132,18 +123,17 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         def run():
             return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))
         return run if backward else _without_grad(run)
-    if name in ("flex", "flex-dense") and dropout > 0:
+    if name in ("flex", "flex-distance") and dropout > 0:
         return None
-    if name == "flex-dense":
-        if q.device.type not in _FLEX_DENSE:
-            _FLEX_DENSE[q.device.type] = torch.compile(_flex_dense_call, fullgraph=True,
-                                                       dynamic=None if q.is_cuda else False)
-        call = _FLEX_DENSE[q.device.type]
-
-        def run():
-            bias = table(length, length).dense().float()
-            return finish(call(*leaves, bias, ab.flex_block_mask(pad, False, length, length, q.device), 1.0))
-        return run if backward else _without_grad(run)
+    if name == "flex-distance":
+        def run_distance():
+            saved, ab.FLEX_TABLE_GRAD = ab.FLEX_TABLE_GRAD, "distance"
+            try:
+                folded, _, _ = ab.fold_masks("flex", table(length, length), pad, False, dtype=dtype)
+                return finish(ab.attention(*leaves, bias=folded, backend="flex"))
+            finally:
+                ab.FLEX_TABLE_GRAD = saved
+        return run_distance if backward else _without_grad(run_distance)
     backend = {"eager": "torch"}.get(name, name)
 
     def run():
@@ -201,7 +191,7 @@ def reference_result(name, case, backward, device):
 
 
 def backward_supported(name, device) -> bool:
-    return device.type == "cuda" or name not in ("flex", "flex-dense")
+    return device.type == "cuda" or name not in ("flex", "flex-distance")
 
 
 def available(name, device) -> Optional[str]:

@@ -15,10 +15,12 @@
   dropped (unpadded / varlen kernels: flash-attn's, or ``torch.nn.attention.varlen`` without
   dropout) instead of sending the call to a masked kernel. Biased calls go to ``sdpa``, logged once.
 - ``flex``: FlexAttention (torch.nn.attention.flex_attention) for biased calls. The relative-position
-  bias stays a (H, T + S - 1) vector, one value per head and distance (`RelativeBias`); the
-  ``score_mod`` adds ``per_distance[h, kv - q + T - 1]``, so no (B, H, T, S) or (T, S) bias is ever
-  built, and its gradient reaches the bucket table through that vector. Padding and causality are
-  block masks, built once per stack (see `fold_masks`). Flex has no dropout: calls with dropout > 0
+  bias is a (H, 2 M + 1) vector, one value per head and clamped distance (`RelativeBias`, M =
+  max_distance). Without autograd the ``score_mod`` adds ``per_distance[h, clamp(kv - q) + M]``:
+  no (T, S) bias at all. With autograd it reads a (1, H, T, S) float32 bias gathered once per
+  stack from that vector (never (B, H, T, S)), whose gradient PyTorch sums per distance and then
+  per bucket (see `FLEX_TABLE_GRAD` for why, and for the per-distance alternative). Padding and
+  causality are block masks, built once per stack (see `fold_masks`). Flex has no dropout: calls with dropout > 0
   go to ``sdpa`` with the bias densified, logged once. Bias-free calls use ``flash``.
   Compilation: outside torch.compile, one compiled wrapper (`_flex_compiled`) serves every layer and
   step. Lengths enter its graph only as tensor shapes (the bias table has the constant size
@@ -52,6 +54,15 @@ logger = logging.getLogger(__name__)
 
 ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash", "flex")
 FLEX_MIN_QUERIES = 128  # shorter query blocks (incremental decoding) stay on sdpa: no recompiles
+# How `flex` gets the bucket table's gradient when one is needed (training):
+# - "dense": the score_mod reads a (1, H, T, S) float32 bias built once per stack from the
+#   per-distance vector; the kernel's gradient lands per element (contention: the batch), and
+#   PyTorch's index backward sums it per distance. This is the form measured on the H100 (1.52 ms).
+# - "distance": the score_mod reads the (H, 2 M + 1) vector itself; the kernel's backward then
+#   atomically adds into 2 M + 1 addresses per head (most pairs of a long sequence share the two
+#   saturated ends). Not measured yet; bench_attention.py's `flex-distance` row measures it.
+# Without autograd (evaluation) flex always reads the vector: no (T, S) tensor at all.
+FLEX_TABLE_GRAD = "dense"
 _LOGGED = set()  # texts already logged by log_once
 DISPATCH_COUNTS = collections.Counter()  # kernel name -> calls that ran it (eager; traced once under compile)
 
@@ -238,11 +249,17 @@ def _flash(q, k, v, key_padding_mask, causal, dropout_p, scale):
 
 
 # ---------------------------------------------------------------------------------------- flex
-def _flex_attention_call(q, k, v, per_distance, block_mask, scale):
-    """flex_attention with the relative bias read per clamped distance (``per_distance``: (H, 2 M + 1)
-    or None). M is a constant of the model (max_distance), so no length enters the graph as a value."""
+def _flex_attention_call(q, k, v, per_distance, dense_bias, block_mask, scale):
+    """flex_attention with the relative bias read per clamped distance (``per_distance``: (H, 2 M + 1))
+    or per element (``dense_bias``: (1, H, T, S)), or neither. M is a constant of the model
+    (max_distance), so no length enters the graph as a value."""
     from torch.nn.attention.flex_attention import flex_attention
 
+    if dense_bias is not None:
+        def dense_score_mod(score, b, h, q_idx, kv_idx):
+            return score + dense_bias[0, h, q_idx, kv_idx]
+
+        return flex_attention(q, k, v, score_mod=dense_score_mod, block_mask=block_mask, scale=scale)
     if per_distance is None:
         return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
     max_distance = (per_distance.size(1) - 1) // 2
@@ -325,13 +342,20 @@ def _flex_unsupported(q, k, v, bias) -> Optional[str]:
     return None
 
 
-def _flex(q, k, v, per_distance, block_mask, scale):
+def _flex(q, k, v, bias: "FoldedBias", scale):
     DISPATCH_COUNTS["flex"] += 1
-    if per_distance is not None:
-        # contiguous float32 (fp64 kept for tests): the score_mod reads it as a plain buffer
-        per_distance = (per_distance if per_distance.dtype == torch.float64 else per_distance.float()).contiguous()
+    wide = torch.float64 if bias.rel.per_distance.dtype == torch.float64 else torch.float32  # fp64: tests
+    per_distance, dense = None, None
+    if _needs_table_grad(bias.rel) and FLEX_TABLE_GRAD == "dense":
+        dense = bias.flex_dense(wide)
+    else:  # contiguous: the score_mod reads it as a plain buffer
+        per_distance = bias.rel.per_distance.to(wide).contiguous()
     call = _flex_attention_call if torch.compiler.is_compiling() else _flex_compiled(q.device.type)
-    return call(q, k, v, per_distance, block_mask, scale)
+    return call(q, k, v, per_distance, dense, bias.block_mask(q.device), scale)
+
+
+def _needs_table_grad(rel: RelativeBias) -> bool:
+    return torch.is_grad_enabled() and rel.per_distance.requires_grad
 
 
 class FoldedBias:
@@ -350,6 +374,16 @@ class FoldedBias:
         self.dense = dense
         self._block_mask = None
         self._has_block_mask = False
+        self._flex_dense = None
+        if FLEX_TABLE_GRAD == "dense" and _needs_table_grad(rel) and rel.per_distance.is_cuda:
+            # built here, once per stack, outside any layer's activation checkpoint
+            self._flex_dense = rel.dense().float()
+
+    def flex_dense(self, dtype) -> torch.Tensor:
+        """The (1, H, T, S) bias flex reads when the table needs a gradient (FLEX_TABLE_GRAD)."""
+        if self._flex_dense is not None and self._flex_dense.dtype == dtype:
+            return self._flex_dense
+        return self.rel.dense().to(dtype)
 
     def block_mask(self, device):
         if torch.compiler.is_compiling():
@@ -492,7 +526,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
             bias = bias.dense()
     if isinstance(bias, FoldedBias):
         if backend == "flex":
-            return _flex(q, k, v, bias.rel.per_distance, bias.block_mask(q.device), scale)
+            return _flex(q, k, v, bias, scale)
         bias = bias.dense_mask(q.dtype)
     if backend == "flash":
         out = _flash(q, k, v, key_padding_mask, causal, dropout_p, scale)

@@ -342,8 +342,10 @@ def _kernel_names(fn):
 
 
 @requires_cuda
+@pytest.mark.parametrize("table_grad", ["dense", "distance"])
 @pytest.mark.parametrize("q_len,causal", [(192, False), (1024, False), (320, True)])
-def test_flex_forward_and_backward_on_gpu_match_eager_and_reach_the_table(q_len, causal):
+def test_flex_forward_and_backward_on_gpu_match_eager_and_reach_the_table(monkeypatch, table_grad, q_len, causal):
+    monkeypatch.setattr(ab, "FLEX_TABLE_GRAD", table_grad)
     torch.manual_seed(0)
     module = RelativePositionBias(4, 32, 128, bidirectional=not causal).cuda()
     q, k, v, pad = _cuda_inputs(torch.bfloat16, q_len, q_len, pad=not causal)
