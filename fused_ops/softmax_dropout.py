@@ -7,6 +7,11 @@ each row, fp32 accumulation, a bit-packed keep mask saved for backward, the bias
 `softmax_dropout_reference`, plain PyTorch, which runs wherever the kernel cannot (CPU, no
 extension). The kernel draws its dropout from PyTorch's CUDA generator (Philox seed and offset), so
 ``torch.manual_seed`` and activation-checkpoint recomputation reproduce it.
+
+Measured on an H100 inside attention (B16 H12 T=S=1024 D64 bf16, fwd+bwd), explicit scores plus
+this kernel take 4.53 ms (p=0) / 4.73 ms (p=0.1) against 2.62 ms for SDPA with the bias as a mask,
+so the model's ``attention_backend=auto`` never picks it (ast_t5/modules/attention_backends.py);
+it stays selectable as ``fused``. `benchmarks/bench_attention.py --device cuda` re-measures it.
 """
 import logging
 from typing import Optional, Tuple

@@ -4,44 +4,151 @@
 
 - ``torch``: the eager reference, written out (fused_ops' PyTorch reference for softmax-dropout).
 - ``fused``: the same, with softmax + dropout + bias in the fused_ops CUDA kernel. Raises where it
-  cannot run (CPU, extension missing).
-- ``sdpa``: torch.nn.functional.scaled_dot_product_attention, the bias and masks as one float mask.
-- ``flash``: FlashAttention for bias-free calls (the paper decoder's self-attention, all cross
-  attention): the flash-attn package when installed and the inputs are half precision on a GPU,
-  else PyTorch's built-in flash SDPA kernel. Calls with a bias, or with padding that the chosen
-  kernel cannot mask, go to ``sdpa``, logged once.
-- ``auto``: biased calls use ``fused`` on a GPU when the kernel can run, else ``sdpa``; bias-free
-  calls use ``sdpa`` (which picks flash kernels itself). Each distinct choice is logged once.
+  cannot run (CPU, extension missing). Measured slower than ``sdpa`` on an H100 (see `AUTO_TABLE`),
+  so ``auto`` never picks it; it stays selectable for comparison.
+- ``sdpa``: torch.nn.functional.scaled_dot_product_attention, the bias and masks as one float mask
+  in q's dtype. On CUDA, calls with a mask never run the cuDNN kernel (NaN grad_q at
+  seq % 128 == 64 and wrong results with an fp32 mask and bf16 q on Hopper: pytorch issues
+  196678 and 191612).
+- ``flash``: flash kernels for bias-free calls (the paper decoder's self-attention, all cross
+  attention): the flash-attn package when installed, else PyTorch's flash SDPA; padded keys are
+  dropped (unpadded / varlen kernels: flash-attn's, or ``torch.nn.attention.varlen`` without
+  dropout) instead of sending the call to a masked kernel. Biased calls go to ``sdpa``, logged once.
+- ``flex``: FlexAttention (torch.nn.attention.flex_attention) for biased calls. The relative-position
+  bias is a (H, 2 M + 1) vector, one value per head and clamped distance (`RelativeBias`, M =
+  max_distance). Without autograd the ``score_mod`` adds ``per_distance[h, clamp(kv - q) + M]``:
+  no (T, S) bias at all. With autograd it reads a (1, H, T, S) float32 bias gathered once per
+  stack from that vector (never (B, H, T, S)), whose gradient PyTorch sums per distance and then
+  per bucket (see `FLEX_TABLE_GRAD` for why, and for the per-distance alternative). Padding and
+  causality are block masks, built once per stack (see `fold_masks`). Flex has no dropout: calls with dropout > 0
+  go to ``sdpa`` with the bias densified, logged once. Bias-free calls use ``flash``.
+  Compilation: outside torch.compile, one compiled wrapper (`_flex_compiled`) serves every layer and
+  step. Lengths enter its graph only as tensor shapes (the bias table has the constant size
+  2 max_distance + 1), so on CUDA dynamo compiles it for the first shape, once more with dynamic
+  lengths at the first new length (automatic dynamic shapes), then reuses that graph for every
+  length; a new dtype, head count, head size or mask kind (none / padding / causal) compiles once
+  more. On CPU (tests, forward only) each length compiles its own static graph. Inside a
+  torch.compile'd model the call is traced into the model's graph instead.
+- ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
+  choice is logged once. On CPU: ``sdpa`` (as measured by benchmarks/bench_model.py).
 
 Masks: ``key_padding_mask`` (B, S) bool, True at padded keys; ``causal`` lets query i see keys
 j <= i (queries and keys aligned at the start; used only when T == S).
+
+`DISPATCH_COUNTS` counts the kernels each call actually ran (tests use it to fail when a fast path
+was silently skipped).
 """
+import collections
 import importlib.util
 import logging
-from typing import Optional, Tuple
+from typing import NamedTuple, Optional, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 
 import fused_ops
 
+from .relative_position_bias import RelativeBias
+
 logger = logging.getLogger(__name__)
 
-ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash")
+ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash", "flex")
+FLEX_MIN_QUERIES = 128  # shorter query blocks (incremental decoding) stay on sdpa: no recompiles
+# How `flex` gets the bucket table's gradient when one is needed (training):
+# - "dense": the score_mod reads a (1, H, T, S) float32 bias built once per stack from the
+#   per-distance vector; the kernel's gradient lands per element (contention: the batch), and
+#   PyTorch's index backward sums it per distance. This is the form measured on the H100 (1.52 ms).
+# - "distance": the score_mod reads the (H, 2 M + 1) vector itself; the kernel's backward then
+#   atomically adds into 2 M + 1 addresses per head (most pairs of a long sequence share the two
+#   saturated ends). Not measured yet; bench_attention.py's `flex-distance` row measures it.
+# Without autograd (evaluation) flex always reads the vector: no (T, S) tensor at all.
+FLEX_TABLE_GRAD = "dense"
 _LOGGED = set()  # texts already logged by log_once
+DISPATCH_COUNTS = collections.Counter()  # kernel name -> calls that ran it (eager; traced once under compile)
+
+
+class AutoRule(NamedTuple):
+    """One row of `AUTO_TABLE`: the first row whose conditions all hold decides."""
+
+    device: str  # "cpu" | "cuda"
+    bias: str  # "relative" | "none" | "any"
+    dropout: str  # "zero" | "positive" | "any"
+    dtype: str  # "half" (fp16/bf16) | "any"
+    min_sm: int  # minimum CUDA capability major*10+minor (0: any)
+    min_queries: int  # minimum query length
+    backend: str
+    evidence: str
+
+
+# (device capability, dtype, dropout, bias kind, length) -> backend. The H100 figures come from the
+# issue's measurements (B16 H12 T=S=1024 D64 bf16, fwd+bwd incl. bias grad): eager 6.60 ms, fused
+# 4.53 (p=0) / 4.73 (p=0.1), SDPA with the bias as mask 2.62, Flex with the bias 1.52, SDPA
+# bias-free (flash) 0.675. `python benchmarks/bench_attention.py --device cuda` re-measures them
+# (with the flex row in the per-distance form used here): a backend that loses there must leave
+# this table.
+AUTO_TABLE = (
+    AutoRule("cpu", "any", "any", "any", 0, 0, "sdpa",
+             "CPU: bench_model.py measures sdpa >= the eager reference"),
+    AutoRule("cuda", "none", "any", "half", 80, 0, "flash",
+             "bias-free on sm80+: flash 0.675 ms vs SDPA-with-bias 2.62 ms"),
+    AutoRule("cuda", "relative", "zero", "half", 80, FLEX_MIN_QUERIES, "flex",
+             "biased, no dropout: Flex 1.52 ms (dense bias; the per-distance form is not yet "
+             "measured) vs SDPA-with-mask 2.62 ms vs fused 4.53 ms"),
+    AutoRule("cuda", "any", "any", "any", 0, 0, "sdpa",
+             "dropout > 0 (Flex has none), short query blocks, fp32 or pre-sm80: SDPA 2.62 ms "
+             "vs fused 4.73 ms at p=0.1"),
+)
 
 
 def log_once(message: str, *args) -> None:
     """Log ``message % args`` at INFO the first time this exact text is seen in the process."""
+    if torch.compiler.is_compiling():
+        return  # logging would break the graph; eager calls (and the first eager run) log it
     text = message % args if args else message
     if text not in _LOGGED:
         _LOGGED.add(text)
         logger.info(text)
 
 
+# looked up once at import (cheap, imports nothing), so that torch.compile traces no importlib call
+_HAS_FLASH_ATTN = importlib.util.find_spec("flash_attn") is not None
+_HAS_TORCH_VARLEN = importlib.util.find_spec("torch.nn.attention.varlen") is not None
+_CAPABILITIES = {}  # CUDA device index -> major * 10 + minor
+
+
 def flash_attn_installed() -> bool:
     """Whether the optional flash-attn package can be imported (checked without importing it)."""
-    return importlib.util.find_spec("flash_attn") is not None
+    return _HAS_FLASH_ATTN
+
+
+def torch_varlen_available() -> bool:
+    """Whether this PyTorch has the flash varlen kernel (torch.nn.attention.varlen, no dropout)."""
+    return _HAS_TORCH_VARLEN
+
+
+def _capability(device: torch.device) -> int:
+    if device.type != "cuda":
+        return 0
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index not in _CAPABILITIES:
+        major, minor = torch.cuda.get_device_capability(index)
+        _CAPABILITIES[index] = major * 10 + minor
+    return _CAPABILITIES[index]
+
+
+def auto_choice(device: torch.device, dtype: torch.dtype, dropout_p: float, has_bias: bool,
+                q_len: int) -> Tuple[str, str]:
+    """The backend `AUTO_TABLE` gives these inputs, and the row's evidence."""
+    sm = _capability(device)
+    half = dtype in (torch.float16, torch.bfloat16)
+    for rule in AUTO_TABLE:
+        if (rule.device == device.type
+                and rule.bias in ("any", "relative" if has_bias else "none")
+                and rule.dropout in ("any", "positive" if dropout_p > 0 else "zero")
+                and rule.dtype in ("any", "half" if half else "")
+                and sm >= rule.min_sm and q_len >= rule.min_queries):
+            return rule.backend, rule.evidence
+    return "sdpa", "no row of AUTO_TABLE matched"
 
 
 def _mask_value(dtype: torch.dtype) -> float:
@@ -68,6 +175,7 @@ def _additive_mask(masked: Optional[torch.Tensor], dtype: torch.dtype) -> Option
 
 def _softmax_attention(q, k, v, bias, masked, dropout_p, scale, backend):
     """Explicit scores -> fused_ops.softmax_dropout (``torch`` or ``fused``) -> weighted sum."""
+    DISPATCH_COUNTS[backend] += 1
     scores = torch.matmul(q * scale if scale != 1.0 else q, k.transpose(-1, -2))  # (B, H, T, S)
     mask = _additive_mask(masked, torch.float32 if scores.dtype != torch.float64 else scores.dtype)
     probs = fused_ops.softmax_dropout(scores, dropout_p, training=dropout_p > 0.0, bias=bias,
@@ -75,34 +183,63 @@ def _softmax_attention(q, k, v, bias, masked, dropout_p, scale, backend):
     return torch.matmul(probs, v)
 
 
+def _masked_sdpa(q, k, v, attn_mask, dropout_p, scale):
+    """SDPA with a mask; on CUDA without the cuDNN kernel (its Hopper mask bugs, module docstring)."""
+    if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
+        attn_mask = attn_mask.to(q.dtype)  # never an fp32 mask with half q
+    if not q.is_cuda:
+        DISPATCH_COUNTS["sdpa"] += 1
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    DISPATCH_COUNTS["sdpa-masked-no-cudnn"] += 1
+    with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+
+
 def _sdpa(q, k, v, bias, masked, dropout_p, scale, causal):
     """PyTorch SDPA; bias and masks folded into one float mask (bool when there is no bias)."""
     if bias is None and masked is None:
+        DISPATCH_COUNTS["sdpa"] += 1
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=False)
     if bias is None:
         if causal and masked.size(0) == 1:  # causal only: let SDPA pick its causal kernels
+            DISPATCH_COUNTS["sdpa"] += 1
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=True)
         attn_mask = ~masked
     else:
         attn_mask = bias.to(q.dtype)
         if masked is not None:
             attn_mask = attn_mask.masked_fill(masked, _mask_value(q.dtype))
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
+    return _masked_sdpa(q, k, v, attn_mask, dropout_p, scale)
 
 
 def _flash(q, k, v, key_padding_mask, causal, dropout_p, scale):
-    """Bias-free attention with FlashAttention; None when no flash kernel can take these inputs."""
+    """Bias-free attention with flash kernels; None when none can take these inputs.
+
+    Padded keys (cross-attention over a padded source) are dropped and the unpadded keys run
+    through a varlen kernel, so padding does not push the call onto a masked kernel.
+    """
     half = q.dtype in (torch.float16, torch.bfloat16)
     if q.is_cuda and half and flash_attn_installed():
         from .flash_attn_adapter import flash_attn_bshd
 
-        log_once("attention backend flash: using the flash-attn package")
-        return flash_attn_bshd(q, k, v, key_padding_mask, causal, dropout_p, scale)
+        if key_padding_mask is None or not causal:
+            log_once("attention backend flash: using the flash-attn package")
+            DISPATCH_COUNTS["flash-attn"] += 1
+            return flash_attn_bshd(q, k, v, key_padding_mask, causal, dropout_p, scale)
     if key_padding_mask is not None:
-        return None  # PyTorch's flash kernel takes no mask
+        if q.is_cuda and half and not causal and dropout_p == 0.0 and torch_varlen_available():
+            from .flash_attn_adapter import torch_varlen_bshd
+
+            log_once("attention backend flash: padded keys -> PyTorch's varlen flash kernel")
+            DISPATCH_COUNTS["torch-varlen"] += 1
+            return torch_varlen_bshd(q, k, v, key_padding_mask, scale)
+        return None  # PyTorch's flash SDPA takes no mask
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     log_once("attention backend flash: using PyTorch's built-in flash SDPA kernel")
+    DISPATCH_COUNTS["sdpa-flash"] += 1
     try:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=causal)
@@ -111,25 +248,186 @@ def _flash(q, k, v, key_padding_mask, causal, dropout_p, scale):
                            f"{e}; use 'auto' or 'sdpa'") from e
 
 
-def _auto_choice(device: torch.device, has_bias: bool) -> str:
-    if not has_bias:
-        log_once("attention backend auto: bias-free attention -> sdpa")
-        return "sdpa"
-    ok, reason = fused_ops.fused_backend_status(device) if device.type == "cuda" else (False, f"{device.type} tensors")
-    choice = "fused" if ok else "sdpa"
-    log_once("attention backend auto: biased attention -> %s (%s)", choice,
-             "fused softmax-dropout kernel available" if ok else f"fused kernel unavailable: {reason}")
-    return choice
+# ---------------------------------------------------------------------------------------- flex
+def _flex_attention_call(q, k, v, per_distance, dense_bias, block_mask, scale):
+    """flex_attention with the relative bias read per clamped distance (``per_distance``: (H, 2 M + 1))
+    or per element (``dense_bias``: (1, H, T, S)), or neither. M is a constant of the model
+    (max_distance), so no length enters the graph as a value."""
+    from torch.nn.attention.flex_attention import flex_attention
+
+    if dense_bias is not None:
+        def dense_score_mod(score, b, h, q_idx, kv_idx):
+            return score + dense_bias[0, h, q_idx, kv_idx]
+
+        return flex_attention(q, k, v, score_mod=dense_score_mod, block_mask=block_mask, scale=scale)
+    if per_distance is None:
+        return flex_attention(q, k, v, block_mask=block_mask, scale=scale)
+    max_distance = (per_distance.size(1) - 1) // 2
+
+    def score_mod(score, b, h, q_idx, kv_idx):
+        return score + per_distance[h, torch.clamp(kv_idx - q_idx, -max_distance, max_distance) + max_distance]
+
+    return flex_attention(q, k, v, score_mod=score_mod, block_mask=block_mask, scale=scale)
 
 
-def resolve_backend(backend: str, device: torch.device, has_bias: bool) -> str:
-    """The backend a call will start from: ``auto`` resolved, ``flash`` with a bias -> ``sdpa``."""
+_FLEX_COMPILED = {}  # device type -> the compiled wrapper
+
+
+def _flex_compiled(device_type: str):
+    """The one compiled wrapper of `_flex_attention_call` shared by every layer (eager models).
+
+    CUDA: dynamo's automatic dynamic shapes (a second length compiles one dynamic graph that
+    serves all later lengths). CPU: static shapes, one graph per length (torch 2.13's CPU flex
+    template fails to build dynamic shapes), up to dynamo's recompile limit.
+    """
+    if device_type not in _FLEX_COMPILED:
+        _FLEX_COMPILED[device_type] = torch.compile(_flex_attention_call, fullgraph=True,
+                                                    dynamic=None if device_type == "cuda" else False)
+    return _FLEX_COMPILED[device_type]
+
+
+def flex_block_mask(key_padding_mask: Optional[torch.Tensor], causal: bool, q_len: int, k_len: int,
+                    device: torch.device):
+    """The BlockMask of padded keys and/or the future, or None when nothing is masked."""
+    if key_padding_mask is None and not causal:
+        return None
+    from torch.nn.attention.flex_attention import create_block_mask
+
+    if key_padding_mask is None:
+        def mask_mod(b, h, q_idx, kv_idx):
+            return q_idx >= kv_idx
+        batch = None
+    else:
+        pad = key_padding_mask
+
+        def mask_mod(b, h, q_idx, kv_idx):
+            keep = ~pad[b, kv_idx]
+            return keep & (q_idx >= kv_idx) if causal else keep
+        batch = pad.size(0)
+    return create_block_mask(mask_mod, batch, None, q_len, k_len, device=device)
+
+
+_LAST_BLOCK_MASK = [None, None]  # [key, BlockMask]: the paper's per-layer tables share one mask
+
+
+def _shared_block_mask(key_padding_mask, causal, q_len, k_len, device):
+    """`flex_block_mask`, reused while the same padding tensor comes back (eager only: the layers
+    of one forward pass each fold their own table but share the padding mask)."""
+    if torch.compiler.is_compiling():
+        return flex_block_mask(key_padding_mask, causal, q_len, k_len, device)
+    key = (key_padding_mask, None if key_padding_mask is None else key_padding_mask._version,
+           causal, q_len, k_len, str(device))
+    cached_key = _LAST_BLOCK_MASK[0]
+    if cached_key is not None and cached_key[0] is key[0] and cached_key[1:] == key[1:]:
+        return _LAST_BLOCK_MASK[1]
+    mask = flex_block_mask(key_padding_mask, causal, q_len, k_len, device)
+    _LAST_BLOCK_MASK[0], _LAST_BLOCK_MASK[1] = key, mask
+    return mask
+
+
+def _flex_unsupported(q, k, v, bias) -> Optional[str]:
+    """Why a biased call cannot run on flex, or None."""
+    rel = bias.rel if isinstance(bias, FoldedBias) else bias
+    if not isinstance(rel, RelativeBias):
+        return "a dense bias tensor has no per-distance form"
+    if rel.query_offset != 0:
+        return "a cached decoding step (queries offset from the keys)"
+    if not q.is_cuda and torch.is_grad_enabled() and any(
+            t.requires_grad for t in (q, k, v, rel.per_distance)):
+        return "FlexAttention has no backward on CPU"
+    if not q.is_cuda and torch.compiler.is_compiling():
+        # torch 2.13's CPU flex template finds no kernel when the bias is computed in the same
+        # graph (NoValidChoicesError); the eager wrapper, which takes it as an input, works
+        return "CPU FlexAttention inside a torch.compile'd model"
+    return None
+
+
+def _flex(q, k, v, bias: "FoldedBias", scale):
+    DISPATCH_COUNTS["flex"] += 1
+    wide = torch.float64 if bias.rel.per_distance.dtype == torch.float64 else torch.float32  # fp64: tests
+    per_distance, dense = None, None
+    if _needs_table_grad(bias.rel) and FLEX_TABLE_GRAD == "dense":
+        dense = bias.flex_dense(wide)
+    else:  # contiguous: the score_mod reads it as a plain buffer
+        per_distance = bias.rel.per_distance.to(wide).contiguous()
+    call = _flex_attention_call if torch.compiler.is_compiling() else _flex_compiled(q.device.type)
+    return call(q, k, v, per_distance, dense, bias.block_mask(q.device), scale)
+
+
+def _needs_table_grad(rel: RelativeBias) -> bool:
+    return torch.is_grad_enabled() and rel.per_distance.requires_grad
+
+
+class FoldedBias:
+    """A stack's relative bias and masks, prepared once for all its layers (see `fold_masks`).
+
+    Holds the bias per distance and the masks for ``flex`` and, when a call may end up on a dense
+    kernel (``auto`` while dropout is unknown), the folded dense mask as well. The block mask is
+    built on first use and shared by the layers (rebuilt per call inside torch.compile, where the
+    graph dedupes it, so that no traced code mutates this object).
+    """
+
+    def __init__(self, rel: RelativeBias, key_padding_mask, causal: bool, dense: Optional[torch.Tensor]):
+        self.rel = rel
+        self.key_padding_mask = key_padding_mask
+        self.causal = causal
+        self.dense = dense
+        self._block_mask = None
+        self._has_block_mask = False
+        self._flex_dense = None
+        if FLEX_TABLE_GRAD == "dense" and _needs_table_grad(rel) and rel.per_distance.is_cuda:
+            # built here, once per stack, outside any layer's activation checkpoint
+            self._flex_dense = rel.dense().float()
+
+    def flex_dense(self, dtype) -> torch.Tensor:
+        """The (1, H, T, S) bias flex reads when the table needs a gradient (FLEX_TABLE_GRAD)."""
+        if self._flex_dense is not None and self._flex_dense.dtype == dtype:
+            return self._flex_dense
+        return self.rel.dense().to(dtype)
+
+    def block_mask(self, device):
+        if torch.compiler.is_compiling():
+            return flex_block_mask(self.key_padding_mask, self.causal, self.rel.q_len, self.rel.k_len, device)
+        if not self._has_block_mask:
+            self._block_mask = _shared_block_mask(self.key_padding_mask, self.causal, self.rel.q_len,
+                                                  self.rel.k_len, device)
+            self._has_block_mask = True
+        return self._block_mask
+
+    def dense_mask(self, dtype) -> torch.Tensor:
+        """(1 or B, H, T, S) bias with the masks folded in (built now if not held; kept for the
+        next layers only outside autograd and compile, where caching cannot upset activation
+        checkpointing)."""
+        if self.dense is not None:
+            return self.dense
+        dense = _fold_dense(self.rel.dense(), self.key_padding_mask, self.causal, dtype)
+        if not torch.is_grad_enabled() and not torch.compiler.is_compiling():
+            self.dense = dense
+        return dense
+
+
+BiasLike = Union[torch.Tensor, RelativeBias, FoldedBias]
+
+
+def resolve_backend(backend: str, device: torch.device, has_bias: bool, dtype: torch.dtype = torch.float32,
+                    dropout_p: float = 0.0, q_len: int = 0) -> str:
+    """The backend a call will start from: ``auto`` resolved by `AUTO_TABLE`; ``flash`` with a
+    bias, and ``flex`` with dropout, -> ``sdpa``; bias-free ``flex`` -> ``flash``."""
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
     if backend == "auto":
-        return _auto_choice(device, has_bias)
+        choice, evidence = auto_choice(device, dtype, dropout_p, has_bias, q_len)
+        log_once("attention backend auto: %s attention on %s %s, dropout %s -> %s (%s)",
+                 "biased" if has_bias else "bias-free", device.type, str(dtype).replace("torch.", ""),
+                 "> 0" if dropout_p > 0 else "0", choice, evidence)
+        return choice
     if backend == "flash" and has_bias:
         log_once("attention backend flash: biased attention (relative positions) -> sdpa")
+        return "sdpa"
+    if backend == "flex" and not has_bias:
+        return "flash"
+    if backend == "flex" and dropout_p > 0:
+        log_once("attention backend flex: FlexAttention has no dropout; calls with attention dropout -> sdpa")
         return "sdpa"
     return backend
 
@@ -141,40 +439,69 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
     return x.dtype
 
 
-def fold_masks(backend: str, bias: Optional[torch.Tensor], key_padding_mask: Optional[torch.Tensor],
-               causal: bool, dtype: Optional[torch.dtype] = None
-               ) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor], bool]:
-    """Fold padding and causal masks into the bias once, for kernels that take one float mask.
-
-    A stack calls this once and passes the result to every layer, instead of each layer building
-    a (B, H, T, S) mask. The fused kernel broadcasts bias and masks itself, so for it (and when
-    there is no bias) the inputs come back unchanged.
-
-    Args:
-        dtype: the attention's compute dtype (see `compute_dtype`); the folded bias is cast to it
-            once, with masked entries at that dtype's lowest finite value.
-    Returns:
-        (bias, key_padding_mask, causal) to pass to `attention`.
-    """
-    if bias is None or resolve_backend(backend, bias.device, True) == "fused":
-        return bias, key_padding_mask, causal
+def _fold_dense(bias, key_padding_mask, causal, dtype):
     if dtype is not None:
         bias = bias.to(dtype)
     masked = _boolean_mask(key_padding_mask, causal, bias.size(-2), bias.size(-1), bias.device)
     if masked is not None:
         bias = bias.masked_fill(masked, _mask_value(bias.dtype))
-    return bias, None, False
+    return bias
+
+
+def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
+               key_padding_mask: Optional[torch.Tensor], causal: bool,
+               dtype: Optional[torch.dtype] = None, dropout_p: Optional[float] = None
+               ) -> Tuple[Optional[BiasLike], Optional[torch.Tensor], bool]:
+    """Prepare a stack's bias and masks once, for every layer, in the form its backend takes.
+
+    - ``torch``/``sdpa``/``flash`` (and ``auto`` on CPU): padding and causal masks folded into one
+      dense (1 or B, H, T, S) bias, cast to ``dtype`` with masked entries at its lowest finite value.
+    - ``fused``: the dense bias, masks unchanged (the kernel broadcasts them itself).
+    - ``flex``: a `FoldedBias` (bias per distance + block mask); no dense bias is built.
+    - ``auto`` on CUDA: what `AUTO_TABLE` gives for ``dropout_p``. When the caller does not say
+      (``dropout_p=None``): with autograd on (training, usually with attention dropout) a
+      `FoldedBias` that also holds the dense mask, built here once for all layers; with autograd
+      off (evaluation, no dropout) a `FoldedBias` without it.
+
+    Args:
+        bias: a `RelativeBias` (from RelativePositionBias) or a dense (1 or B, H, T, S) tensor.
+        dtype: the attention's compute dtype (see `compute_dtype`).
+        dropout_p: the layers' attention dropout in this pass (0.0 in eval), if the caller knows it.
+    Returns:
+        (bias, key_padding_mask, causal) to pass to `attention`.
+    """
+    if bias is None:
+        return bias, key_padding_mask, causal
+    if backend not in ATTENTION_BACKENDS:
+        raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
+    device = bias.device
+    if isinstance(bias, RelativeBias) and (backend == "flex" or (backend == "auto" and device.type == "cuda")):
+        dense = None
+        if backend == "auto":
+            if dropout_p is not None:
+                choice, _ = auto_choice(device, dtype or bias.dtype, dropout_p, True, bias.q_len)
+                if choice != "flex":
+                    return _fold_dense(bias.dense(), key_padding_mask, causal, dtype), None, False
+            elif torch.is_grad_enabled():
+                dense = _fold_dense(bias.dense(), key_padding_mask, causal, dtype)
+        return FoldedBias(bias, key_padding_mask, causal, dense), None, False
+    if isinstance(bias, RelativeBias):
+        bias = bias.dense()
+    if backend == "fused":
+        return bias, key_padding_mask, causal
+    return _fold_dense(bias, key_padding_mask, causal, dtype), None, False
 
 
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
-              bias: Optional[torch.Tensor] = None,
+              bias: Optional[BiasLike] = None,
               key_padding_mask: Optional[torch.Tensor] = None, causal: bool = False,
               dropout_p: float = 0.0, scale: float = 1.0, backend: str = "auto") -> torch.Tensor:
     """Multi-head attention core.
 
     Args:
         q: (B, H, T, D) queries; k, v: (B, H, S, D). float32/float16/bfloat16 (float64: torch/sdpa).
-        bias: optional additive (1 or B, H, T, S) logits bias, e.g. a relative position bias.
+        bias: optional additive bias: a (1 or B, H, T, S) tensor, a `RelativeBias`, or the
+            `FoldedBias` that `fold_masks` makes (it carries the masks; pass no others with it).
         key_padding_mask: optional (B, S) bool, True at padded keys.
         causal: forbid keys after the query (requires T == S).
         dropout_p: attention-probability dropout (pass 0.0 in eval mode).
@@ -185,16 +512,31 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     """
     if causal and q.size(2) != k.size(2):
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
-    requested, backend = backend, resolve_backend(backend, q.device, bias is not None)
+    backend = resolve_backend(backend, q.device, bias is not None, q.dtype, dropout_p, q.size(2))
+    if backend == "flex":
+        reason = _flex_unsupported(q, k, v, bias)
+        if reason is not None:
+            log_once("attention backend flex: %s -> sdpa for those calls", reason)
+            backend = "sdpa"
+    if isinstance(bias, RelativeBias):
+        if backend == "flex":
+            bias = FoldedBias(bias, key_padding_mask, causal, None)
+            key_padding_mask, causal = None, False
+        else:
+            bias = bias.dense()
+    if isinstance(bias, FoldedBias):
+        if backend == "flex":
+            return _flex(q, k, v, bias, scale)
+        bias = bias.dense_mask(q.dtype)
     if backend == "flash":
         out = _flash(q, k, v, key_padding_mask, causal, dropout_p, scale)
         if out is not None:
             return out
-        log_once("attention backend flash: padded keys need a mask -> sdpa for those calls")
+        log_once("attention backend flash: padded keys with dropout or causality, or no varlen kernel "
+                 "-> sdpa for those calls")
         backend = "sdpa"
     masked = _boolean_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
     if backend == "sdpa":
         return _sdpa(q, k, v, bias, masked, dropout_p, scale, causal)
-    # auto -> fused: softmax_dropout itself falls back (and says so) for inputs the kernel does not
-    # take (float64, rows longer than MAX_FUSED_COLS); an explicit "fused" raises instead
-    return _softmax_attention(q, k, v, bias, masked, dropout_p, scale, "auto" if requested == "auto" else backend)
+    # torch or fused (an explicit "fused" raises where the kernel cannot run; auto never picks it)
+    return _softmax_attention(q, k, v, bias, masked, dropout_p, scale, backend)

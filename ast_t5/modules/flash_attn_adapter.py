@@ -3,7 +3,8 @@
 flash-attn takes (B, T, H, D) half-precision CUDA tensors. Without padded keys it runs
 ``flash_attn_func`` on the padded batch; with padded keys (cross-attention over a padded source)
 it drops the padded keys and runs ``flash_attn_varlen_func`` with per-sequence key lengths, all
-queries kept.
+queries kept. `torch_varlen_bshd` does the same with PyTorch's own varlen flash kernel (no dropout)
+when flash-attn is not installed.
 """
 from typing import Optional
 
@@ -23,14 +24,35 @@ def flash_attn_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     if key_padding_mask is None:
         out = flash_attn_func(qb, kb, vb, dropout_p=dropout_p, softmax_scale=scale, causal=causal)
         return out.transpose(1, 2)
+    k_unpad, v_unpad, cu_k, max_k = _unpad_keys(kb, vb, key_padding_mask)
+    cu_q = torch.arange(0, (bsz + 1) * q_len, q_len, dtype=torch.int32, device=q.device)
+    out = flash_attn_varlen_func(qb.reshape(-1, heads, head_dim), k_unpad, v_unpad, cu_q, cu_k,
+                                 q_len, max_k, dropout_p=dropout_p, softmax_scale=scale, causal=causal)
+    return out.view(bsz, q_len, heads, head_dim).transpose(1, 2)
+
+
+def _unpad_keys(k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor):
+    """(B, S, H, D) keys/values -> the real keys packed (total, H, D), cumulative lengths, longest."""
     keep = ~key_padding_mask
     k_lengths = keep.sum(dim=1, dtype=torch.int32)
     cu_k = F.pad(k_lengths.cumsum(0, dtype=torch.int32), (1, 0))
-    cu_q = torch.arange(0, (bsz + 1) * q_len, q_len, dtype=torch.int32, device=q.device)
     index = keep.flatten().nonzero().squeeze(1)
-    k_unpad = kb.reshape(-1, heads, head_dim).index_select(0, index)
-    v_unpad = vb.reshape(-1, heads, head_dim).index_select(0, index)
-    out = flash_attn_varlen_func(qb.reshape(-1, heads, head_dim), k_unpad, v_unpad, cu_q, cu_k,
-                                 q_len, int(k_lengths.max()), dropout_p=dropout_p, softmax_scale=scale,
-                                 causal=causal)
+    heads, head_dim = k.shape[-2:]
+    return (k.reshape(-1, heads, head_dim).index_select(0, index),
+            v.reshape(-1, heads, head_dim).index_select(0, index), cu_k, int(k_lengths.max()))
+
+
+def torch_varlen_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor,
+                      scale: float, varlen_attn=None) -> torch.Tensor:
+    """Bias-free, non-causal attention over padded keys with PyTorch's varlen flash kernel
+    (torch.nn.attention.varlen.varlen_attn: half precision CUDA, no dropout). The padded keys are
+    dropped, every query kept. q: (B, H, T, D); k/v: (B, H, S, D); key_padding_mask: (B, S) bool,
+    True at padding. ``varlen_attn`` replaces the kernel (tests). Returns (B, H, T, D)."""
+    if varlen_attn is None:
+        from torch.nn.attention.varlen import varlen_attn
+    bsz, heads, q_len, head_dim = q.shape
+    qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # (B, T|S, H, D)
+    k_unpad, v_unpad, cu_k, max_k = _unpad_keys(kb, vb, key_padding_mask)
+    cu_q = torch.arange(0, (bsz + 1) * q_len, q_len, dtype=torch.int32, device=q.device)
+    out = varlen_attn(qb.reshape(-1, heads, head_dim), k_unpad, v_unpad, cu_q, cu_k, q_len, max_k, scale=scale)
     return out.view(bsz, q_len, heads, head_dim).transpose(1, 2)

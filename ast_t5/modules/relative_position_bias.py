@@ -7,6 +7,7 @@ both model families; the original AST-T5 code used a sign-symmetric variant (spe
 which only matters when importing its checkpoints.
 """
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn as nn
@@ -42,6 +43,75 @@ def relative_position_bucket(relative_position: torch.Tensor, bidirectional: boo
     return buckets + torch.where(is_small, distance, large)
 
 
+def distance_buckets(bidirectional: bool, num_buckets: int, max_distance: int, device=None) -> torch.Tensor:
+    """Bucket ids of the distances -max_distance..max_distance, as one 1-D table of 2 M + 1 entries.
+
+    Buckets stop changing at ``max_distance`` in both directions (a causal table puts every key
+    after the query in bucket 0), so the bucket of any distance d is
+    ``table[clamp(d, -M, M) + M]`` with M = max_distance: one small table, the same for every
+    sequence length, replaces the (T, S) bucket matrix.
+    """
+    distances = torch.arange(-max_distance, max_distance + 1, device=device)
+    return relative_position_bucket(distances, bidirectional, num_buckets, max_distance)
+
+
+def distance_index(q_len: int, k_len: int, query_offset: int, max_distance: int, device=None) -> torch.Tensor:
+    """(q_len, k_len) index into a per-distance table: clamp(key - query, -M, M) + M."""
+    query = torch.arange(query_offset, query_offset + q_len, device=device)
+    key = torch.arange(k_len, device=device)
+    return (key[None, :] - query[:, None]).clamp(-max_distance, max_distance) + max_distance
+
+
+class RelativeBias(NamedTuple):
+    """A relative-position bias kept as one value per (head, clamped distance), never as (T, S).
+
+    The bias of query ``query_offset + i`` and key j is
+    ``per_distance[h, clamp(j - query_offset - i, -M, M) + M]`` with M = `max_distance`. The
+    FlexAttention backend reads it inside the kernel; every other backend asks for `dense`.
+    Gradients flow through ``per_distance`` to the bucket table.
+    """
+
+    per_distance: torch.Tensor  # (H, 2 M + 1)
+    q_len: int
+    k_len: int
+    query_offset: int = 0
+
+    @property
+    def max_distance(self) -> int:
+        return (self.per_distance.size(1) - 1) // 2
+
+    def dense(self) -> torch.Tensor:
+        """The (1, H, q_len, k_len) bias tensor (for kernels that take a bias as a tensor)."""
+        index = distance_index(self.q_len, self.k_len, self.query_offset, self.max_distance,
+                               self.per_distance.device)
+        return self.per_distance[:, index].unsqueeze(0)
+
+    @property
+    def device(self) -> torch.device:
+        return self.per_distance.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.per_distance.dtype
+
+
+def distance_grad_reference(grad_scores: torch.Tensor, max_distance: int, query_offset: int = 0) -> torch.Tensor:
+    """The gradient of ``per_distance`` given the logits' gradient dS (..., H, q_len, k_len).
+
+    A score (i, j) reads ``per_distance[h, clamp(j - i - offset, -M, M) + M]``, so that entry's
+    gradient is the sum of dS over the batch and over its diagonals: one reduction per distance,
+    not one atomic add per (b, h, i, j) onto a few bucket addresses. This is the formula a fused
+    kernel must implement; here in plain PyTorch (float32 or wider sums) as the test reference.
+    Returns (H, 2 M + 1).
+    """
+    wide = torch.float64 if grad_scores.dtype == torch.float64 else torch.float32
+    dS = grad_scores.reshape(-1, *grad_scores.shape[-3:]).sum(0, dtype=wide)  # (H, T, S)
+    heads, q_len, k_len = dS.shape
+    index = distance_index(q_len, k_len, query_offset, max_distance, dS.device).flatten().expand(heads, -1)
+    out = torch.zeros(heads, 2 * max_distance + 1, dtype=wide, device=dS.device)
+    return out.scatter_add_(1, index, dS.reshape(heads, -1))
+
+
 class RelativePositionBias(nn.Module):
     """A table of (num_buckets, num_heads) biases; returns the bias for a block of positions.
 
@@ -60,19 +130,18 @@ class RelativePositionBias(nn.Module):
         self.bidirectional = bidirectional
         self.embedding = nn.Embedding(num_buckets, num_heads)
 
-    def forward(self, q_len: int, k_len: int, query_offset: int = 0) -> torch.Tensor:
+    def forward(self, q_len: int, k_len: int, query_offset: int = 0) -> RelativeBias:
         """Bias for queries ``query_offset + [0, q_len)`` against keys ``[0, k_len)``.
 
         Returns:
-            (1, num_heads, q_len, k_len) tensor in the table's dtype, broadcastable over batch.
+            a `RelativeBias`: (H, 2 max_distance + 1) values, one per head and clamped distance,
+            looked up from the table through `distance_buckets` (work independent of T and S);
+            ``.dense()`` gives the (1, num_heads, q_len, k_len) tensor, broadcastable over batch.
+            `attention_backends.fold_masks` turns it into what the chosen backend takes.
         """
-        device = self.embedding.weight.device
-        query = torch.arange(query_offset, query_offset + q_len, device=device)
-        key = torch.arange(k_len, device=device)
-        buckets = relative_position_bucket(key[None, :] - query[:, None], self.bidirectional,
-                                           self.num_buckets, self.max_distance)
-        values = self.embedding(buckets)  # (q_len, k_len, H)
-        return values.permute(2, 0, 1).unsqueeze(0)
+        buckets = distance_buckets(self.bidirectional, self.num_buckets, self.max_distance,
+                                   device=self.embedding.weight.device)
+        return RelativeBias(self.embedding(buckets).t(), q_len, k_len, query_offset)
 
     def extra_repr(self) -> str:
         return (f"heads={self.num_heads}, buckets={self.num_buckets}, "

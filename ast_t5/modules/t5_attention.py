@@ -66,8 +66,10 @@ class T5MultiheadAttention(nn.Module):
             x: (B, T, C) queries' input.
             encoder_out: (B, S, C) encoder states (cross-attention only; may be None once the
                 incremental cache holds its keys/values).
-            bias: optional additive (1 or B, H, T, S) bias; key_padding_mask: (B, S) bool, True
-                at padding; causal: forbid future keys (full-sequence self-attention only).
+            bias: optional additive bias: a (1 or B, H, T, S) tensor, a `RelativeBias` or the
+                `FoldedBias` of `attention_backends.fold_masks` (which carries the masks);
+                key_padding_mask: (B, S) bool, True at padding; causal: forbid future keys
+                (full-sequence self-attention only).
             incremental_state: fairseq's decoding cache; with it, x holds only the new step(s).
         Returns:
             (B, T, C) tensor.

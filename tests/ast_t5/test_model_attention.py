@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from ast_t5.modules import attention_backends as ab
-from ast_t5.modules.relative_position_bias import RelativePositionBias, relative_position_bucket
+from ast_t5.modules.relative_position_bias import (RelativePositionBias, distance_buckets, distance_grad_reference,
+                                                   distance_index, relative_position_bucket)
 
 HEADS, HEAD_DIM = 3, 8
 
@@ -137,9 +138,9 @@ def test_relative_buckets_are_exact_near_and_saturate_far():
 def test_relative_bias_module_offsets_queries():
     torch.manual_seed(0)
     module = RelativePositionBias(HEADS, 32, 128, bidirectional=False)
-    full = module(6, 6)
+    full = module(6, 6).dense()
     assert full.shape == (1, HEADS, 6, 6)
-    assert torch.equal(module(1, 6, query_offset=5), full[:, :, 5:6, :])
+    assert torch.equal(module(1, 6, query_offset=5).dense(), full[:, :, 5:6, :])
 
 
 def fake_flash_attn_module():
@@ -175,3 +176,344 @@ def test_flash_attn_adapter_plumbing(monkeypatch, with_padding, causal):
     out = flash_attn_bshd(q, k, v, pad, causal, 0.0, 0.5)
     ref = run("torch", (q, k, v, None, pad), causal, scale=0.5)
     assert out.shape == ref.shape and (out - ref).abs().max() < 1e-5
+
+
+# ------------------------------------------------------------------ per-distance bias (flex's input)
+@pytest.mark.parametrize("bidirectional,buckets,distance", [(True, 32, 128), (False, 32, 128), (True, 128, 256)])
+@pytest.mark.parametrize("q_len,k_len,offset", [(7, 13, 0), (300, 290, 0), (1, 600, 599), (3, 20, 5)])
+def test_distance_table_gives_the_bucket_of_every_pair(bidirectional, buckets, distance, q_len, k_len, offset):
+    table = distance_buckets(bidirectional, buckets, distance)
+    assert table.shape == (2 * distance + 1,)
+    i = torch.arange(q_len)[:, None]
+    j = torch.arange(k_len)[None, :]
+    expected = relative_position_bucket(j - (i + offset), bidirectional, buckets, distance)
+    assert torch.equal(table[distance_index(q_len, k_len, offset, distance)], expected)
+
+
+def test_relative_bias_dense_equals_the_bucket_matrix_lookup():
+    torch.manual_seed(0)
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    rel = module(5, 300)
+    assert rel.per_distance.shape == (HEADS, 2 * 128 + 1)
+    buckets = relative_position_bucket(torch.arange(300)[None, :] - torch.arange(5)[:, None], True, 32, 128)
+    assert torch.equal(rel.dense(), module.embedding(buckets).permute(2, 0, 1)[None])
+
+
+@pytest.mark.parametrize("q_len,k_len,offset", [(6, 11, 0), (2, 9, 7)])
+def test_distance_gradient_formula_matches_autograd_of_the_eager_path(q_len, k_len, offset):
+    """The table gradient = scatter-sum of dS over (batch, diagonal), then over buckets: checked
+    against autograd through the dense (B, H, T, S) eager path (max_distance 4: most pairs saturate)."""
+    torch.manual_seed(0)
+    module = RelativePositionBias(HEADS, 6, 4, bidirectional=offset == 0).double()
+    q, k, v, _, pad = make_inputs(torch.float64, q_len, k_len, with_bias=False, with_padding=True)
+    rel = module(q_len, k_len, query_offset=offset)
+    rel.per_distance.retain_grad()
+    scores = torch.einsum("bhtd,bhsd->bhts", q, k) + rel.dense()
+    scores.retain_grad()
+    probs = scores.masked_fill(pad[:, None, None, :], float("-inf")).softmax(-1)
+    out = torch.einsum("bhts,bhsd->bhtd", probs, v)
+    out.backward(torch.randn_like(out))
+    by_distance = distance_grad_reference(scores.grad, 4, offset)
+    assert (by_distance - rel.per_distance.grad).abs().max() < 1e-12
+    buckets = distance_buckets(offset == 0, 6, 4)
+    table_grad = torch.zeros(6, HEADS, dtype=torch.float64).index_add_(0, buckets, by_distance.t())
+    assert (table_grad - module.embedding.weight.grad).abs().max() < 1e-12
+    assert module.embedding.weight.grad.abs().sum() > 0
+
+
+# ---------------------------------------------------------------------------------- auto's table
+@pytest.fixture
+def fake_sm(monkeypatch):
+    def set_sm(value):
+        monkeypatch.setattr(ab, "_capability", lambda device: value if device.type == "cuda" else 0)
+    return set_sm
+
+
+@pytest.mark.parametrize("sm,dtype,dropout,bias,q_len,expected", [
+    (90, torch.bfloat16, 0.0, True, 1024, "flex"),
+    (80, torch.float16, 0.0, True, 512, "flex"),
+    (90, torch.bfloat16, 0.1, True, 1024, "sdpa"),  # flex has no dropout; fused lost to sdpa
+    (90, torch.bfloat16, 0.0, True, 1, "sdpa"),  # incremental decoding: no flex recompiles
+    (90, torch.float32, 0.0, True, 1024, "sdpa"),
+    (75, torch.float16, 0.0, True, 1024, "sdpa"),
+    (90, torch.bfloat16, 0.1, False, 1024, "flash"),
+    (90, torch.bfloat16, 0.0, False, 1, "flash"),
+    (90, torch.float32, 0.0, False, 1024, "sdpa"),
+])
+def test_auto_table(fake_sm, sm, dtype, dropout, bias, q_len, expected):
+    fake_sm(sm)
+    assert ab.auto_choice(torch.device("cuda"), dtype, dropout, bias, q_len)[0] == expected
+
+
+def test_auto_never_picks_a_backend_that_lost(fake_sm):
+    fake_sm(90)
+    assert "fused" not in {rule.backend for rule in ab.AUTO_TABLE}
+    for device in ("cpu", "cuda"):
+        for dtype in (torch.float32, torch.bfloat16):
+            for dropout in (0.0, 0.1):
+                for bias in (True, False):
+                    choice, _ = ab.auto_choice(torch.device(device), dtype, dropout, bias, 1024)
+                    assert choice in ("sdpa", "flash", "flex") and (device == "cuda" or choice == "sdpa")
+
+
+def test_fold_masks_keeps_the_bias_per_distance_for_flex():
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    folded, folded_pad, folded_causal = ab.fold_masks("flex", module(9, 9), pad, causal=False)
+    assert isinstance(folded, ab.FoldedBias) and folded.dense is None
+    assert folded_pad is None and folded_causal is False
+    assert folded.rel.per_distance.shape == (HEADS, 257)
+    dense, _, _ = ab.fold_masks("auto", module(9, 9), pad, causal=False)  # CPU: dense, as before
+    assert isinstance(dense, torch.Tensor) and dense.shape == (2, HEADS, 9, 9)
+
+
+@pytest.mark.parametrize("case", [c for c in CASES if c[2]])
+def test_flex_with_dropout_falls_back_to_sdpa_with_the_same_result(case):
+    """Flex has no dropout: the call densifies its per-distance bias and runs sdpa (CPU, eager)."""
+    q_len, k_len, _, with_padding, causal = case
+    q, k, v, _, pad = make_inputs(torch.float64, q_len, k_len, with_bias=False, with_padding=with_padding)
+    rel = RelativePositionBias(HEADS, 32, 128, bidirectional=not causal).double()(q_len, k_len)
+    folded, fpad, fcausal = ab.fold_masks("flex", rel, pad, causal)
+    torch.manual_seed(3)
+    ab.DISPATCH_COUNTS.clear()
+    out = ab.attention(q, k, v, bias=folded, key_padding_mask=fpad, causal=fcausal, dropout_p=0.2, backend="flex")
+    assert ab.DISPATCH_COUNTS["sdpa"] == 1 and ab.DISPATCH_COUNTS["flex"] == 0
+    torch.manual_seed(3)
+    ref = ab.attention(q, k, v, bias=rel.dense(), key_padding_mask=pad, causal=causal, dropout_p=0.2, backend="sdpa")
+    assert (out - ref).abs().max() < 1e-12
+
+
+def test_flex_forward_in_the_model_matches_eager_and_compiles_once_per_graph():
+    """Tiny T5 v1.1 on CPU, eval: encoder (bias + padding block mask) and decoder (bias + causal)
+    through FlexAttention equal the eager reference; the second layer and a second forward with
+    other tokens reuse the compiled graphs. (FlexAttention compiles forward on CPU: ~20 s each.)"""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", attention_backend="flex").eval()
+    reference = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", attention_backend="torch").eval()
+    reference.load_state_dict(model.state_dict())
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, len(d), (2, 21), generator=g)
+    src[1, -6:] = d.pad()
+    prev = torch.randint(4, len(d), (2, 9), generator=g)
+    ab.DISPATCH_COUNTS.clear()
+    with torch.no_grad():
+        out = model(src, None, prev)[0]
+        assert ab.DISPATCH_COUNTS["flex"] == 4  # 2 encoder + 2 decoder self-attention layers
+        assert (out - reference(src, None, prev)[0]).abs().max() < 1e-4
+        from torch._dynamo.utils import counters
+        graphs = counters["stats"]["unique_graphs"]
+        src2 = src.flip(0)  # other padding per row, same shapes
+        assert (model(src2, None, prev)[0] - reference(src2, None, prev)[0]).abs().max() < 1e-4
+        assert counters["stats"]["unique_graphs"] == graphs  # no recompilation
+
+
+# --------------------------------------------------------------- GPU: fast paths must really run
+requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (flex backward, "
+                                   "flash/varlen kernels and the cuDNN guards run only there)")
+
+
+def _cuda_inputs(dtype, q_len, k_len, batch=3, heads=4, head_dim=64, pad=True, seed=0):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    q, k, v = (torch.randn(batch, heads, n, head_dim, device="cuda", dtype=dtype, generator=g).requires_grad_()
+               for n in (q_len, k_len, k_len))
+    mask = None
+    if pad:
+        mask = torch.zeros(batch, k_len, dtype=torch.bool, device="cuda")
+        mask[0, k_len - k_len // 3:] = True
+        mask[1, : k_len // 5] = True
+    return q, k, v, mask
+
+
+def _kernel_names(fn):
+    """Names of the CUDA kernels ``fn`` launched (torch.profiler)."""
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    return [e.key.lower() for e in prof.key_averages()]
+
+
+@requires_cuda
+@pytest.mark.parametrize("table_grad", ["dense", "distance"])
+@pytest.mark.parametrize("q_len,causal", [(192, False), (1024, False), (320, True)])
+def test_flex_forward_and_backward_on_gpu_match_eager_and_reach_the_table(monkeypatch, table_grad, q_len, causal):
+    monkeypatch.setattr(ab, "FLEX_TABLE_GRAD", table_grad)
+    torch.manual_seed(0)
+    module = RelativePositionBias(4, 32, 128, bidirectional=not causal).cuda()
+    q, k, v, pad = _cuda_inputs(torch.bfloat16, q_len, q_len, pad=not causal)
+    grad_out = torch.randn_like(q)
+    results = {}
+    for backend in ("flex", "torch"):
+        module.zero_grad()
+        folded, fpad, fcausal = ab.fold_masks(backend, module(q_len, q_len), pad, causal, dtype=torch.bfloat16)
+        ab.DISPATCH_COUNTS.clear()
+        out = ab.attention(q, k, v, bias=folded, key_padding_mask=fpad, causal=fcausal, backend=backend)
+        assert ab.DISPATCH_COUNTS[backend] == 1
+        grads = torch.autograd.grad(out, (q, k, v, module.embedding.weight), grad_out)
+        results[backend] = (out.float(), [g.float() for g in grads])
+    # fp32 reference for the error scale: PyTorch's own bf16 error
+    module32 = module.float()
+    folded, fpad, fcausal = ab.fold_masks("torch", module32(q_len, q_len), pad, causal)
+    q32, k32, v32 = (t.detach().float().requires_grad_() for t in (q, k, v))
+    out32 = ab.attention(q32, k32, v32, bias=folded, key_padding_mask=fpad, causal=fcausal, backend="torch")
+    exact = (out32, torch.autograd.grad(out32, (q32, k32, v32, module32.embedding.weight), grad_out.float()))
+    for i, (flex_t, eager_t, exact_t) in enumerate(zip([results["flex"][0], *results["flex"][1]],
+                                                       [results["torch"][0], *results["torch"][1]],
+                                                       [exact[0], *exact[1]])):
+        flex_err = (flex_t - exact_t).abs().max().item()
+        eager_err = (eager_t - exact_t).abs().max().item()
+        assert flex_err <= 4 * eager_err + 1e-3 * exact_t.abs().max().item(), (i, flex_err, eager_err)
+    assert results["flex"][1][3].abs().sum() > 0  # the table got a gradient
+    folded, _, _ = ab.fold_masks("flex", module(q_len, q_len), pad, causal, dtype=torch.bfloat16)
+    names = _kernel_names(lambda: ab.attention(q, k, v, bias=folded, backend="flex").sum().backward())
+    assert any("flex" in n or "triton_tem" in n for n in names), names  # inductor's flex templates
+    assert not any("fmha" in n or "flash" in n or "efficient" in n for n in names), names  # not SDPA
+
+
+@requires_cuda
+@pytest.mark.parametrize("k_len", [192, 320, 1024])  # seq % 128 == 64: the cuDNN NaN grad_q shapes
+@pytest.mark.parametrize("backend", ["sdpa", "auto", "flash"])
+def test_masked_calls_on_gpu_stay_finite_and_bias_free_padding_stays_on_flash(backend, k_len):
+    q, k, v, pad = _cuda_inputs(torch.bfloat16, k_len, k_len)
+    ab.DISPATCH_COUNTS.clear()
+    out = ab.attention(q, k, v, key_padding_mask=pad, backend=backend)
+    grads = torch.autograd.grad(out, (q, k, v), torch.ones_like(out))
+    assert torch.isfinite(out).all() and all(torch.isfinite(g).all() for g in grads)
+    ref = ab.attention(*(t.detach().float() for t in (q, k, v)), key_padding_mask=pad, backend="torch")
+    assert (out.float() - ref).abs().max() < 3e-2
+    if backend in ("auto", "flash"):  # padding must not push bias-free calls off flash
+        assert ab.DISPATCH_COUNTS["flash-attn"] + ab.DISPATCH_COUNTS["torch-varlen"] == 1, ab.DISPATCH_COUNTS
+    else:
+        assert ab.DISPATCH_COUNTS["sdpa-masked-no-cudnn"] == 1
+
+
+@requires_cuda
+@pytest.mark.parametrize("k_len", [192, 1024])
+def test_biased_sdpa_on_gpu_never_gets_an_fp32_mask_with_bf16_queries(k_len):
+    q, k, v, pad = _cuda_inputs(torch.bfloat16, k_len, k_len)
+    bias = torch.randn(1, 4, k_len, k_len, device="cuda", requires_grad=True)  # fp32 bias, bf16 q
+    out = ab.attention(q, k, v, bias=bias, key_padding_mask=pad, backend="sdpa", dropout_p=0.0)
+    grads = torch.autograd.grad(out, (q, bias), torch.ones_like(out))
+    ref = ab.attention(*(t.detach().float() for t in (q, k, v)), bias=bias.detach(), key_padding_mask=pad,
+                       backend="torch")
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert (out.float() - ref).abs().max() < 3e-2
+
+
+@requires_cuda
+def test_auto_on_gpu_dispatches_flex_for_biased_and_flash_for_bias_free_calls():
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("auto's flex/flash rows need sm80+")
+    q, k, v, pad = _cuda_inputs(torch.bfloat16, 512, 512)
+    module = RelativePositionBias(4, 32, 128, bidirectional=True).cuda()
+    folded, fpad, fcausal = ab.fold_masks("auto", module(512, 512), pad, False, dtype=torch.bfloat16)
+    ab.DISPATCH_COUNTS.clear()
+    ab.attention(q, k, v, bias=folded, key_padding_mask=fpad, causal=fcausal, backend="auto")
+    ab.attention(q, k, v, key_padding_mask=pad, backend="auto")
+    ab.attention(q, k, v, causal=True, backend="auto")
+    assert ab.DISPATCH_COUNTS["flex"] == 1
+    assert ab.DISPATCH_COUNTS["flash-attn"] + ab.DISPATCH_COUNTS["torch-varlen"] >= 1
+    assert ab.DISPATCH_COUNTS["flash-attn"] + ab.DISPATCH_COUNTS["sdpa-flash"] + ab.DISPATCH_COUNTS["torch-varlen"] == 2
+
+
+def test_torch_varlen_adapter_plumbing():
+    """Unpadding + cu_seqlens for PyTorch's varlen kernel, with a CPU stand-in for the kernel."""
+    from ast_t5.modules.flash_attn_adapter import torch_varlen_bshd
+
+    fake = fake_flash_attn_module().flash_attn_varlen_func
+
+    def varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=None):
+        return fake(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=scale)
+
+    q, k, v, _, pad = make_inputs(torch.float32, 5, 11, with_bias=False, with_padding=True)
+    out = torch_varlen_bshd(q, k, v, pad, 0.5, varlen_attn=varlen_attn)
+    ref = run("torch", (q, k, v, None, pad), False, scale=0.5)
+    assert out.shape == ref.shape and (out - ref).abs().max() < 1e-5
+
+
+def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
+    """benchmarks/bench_attention.py's CPU smoke mode (tiny shape, no flex: its CPU compile is slow)."""
+    import importlib.util
+    import json
+    import os
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_attention.py")
+    spec = importlib.util.spec_from_file_location("bench_attention", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "sub" / "attention.json"
+    assert bench.main(["--backends", "eager", "sdpa", "auto", "flash-nobias", "--lengths", "24",
+                       "--dropouts", "0", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    rows = payload["rows"]
+    assert len(rows) == 8 and payload["device"] == "cpu"  # 4 backends x (no padding, padding)
+    for row in rows:
+        assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
+        assert row["max_err"] < 1e-5 and row["err_ratio"] is not None, row
+    assert {row["ran"] for row in rows if row["backend"] == "auto"} == {"sdpa"}
+    assert "err/ref" in capsys.readouterr().out
+    with pytest.raises(SystemExit) as exc:
+        bench.main(["--device", "cuda"] if not torch.cuda.is_available() else ["--lengths", "1"])
+    assert exc.value.code == 2
+
+
+def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without_autograd():
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[0, -2:] = True
+    folded, _, _ = ab.fold_masks("flex", module(9, 9), pad, causal=False)
+    with torch.no_grad():
+        first = folded.dense_mask(torch.float32)
+        assert folded.dense is first and folded.dense_mask(torch.float32) is first
+    expected, _, _ = ab.fold_masks("sdpa", module(9, 9), pad, causal=False)
+    assert torch.equal(first, expected)
+    folded, _, _ = ab.fold_masks("flex", module(9, 9), pad, causal=False)
+    with_grad = folded.dense_mask(torch.float32)
+    assert with_grad.requires_grad and folded.dense is None  # not cached: checkpoint-safe
+
+
+@requires_cuda
+def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels():
+    """trainspeed's model.compile path: the whole model under torch.compile with the flex backend
+    (dropout 0, so biased calls stay on flex), loss and gradients as in eager, flex kernels ran,
+    and a second step with the same shapes compiles nothing new."""
+    from fairseq.data import Dictionary
+    from torch._dynamo.utils import counters
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
+    model = AstT5Model.from_dictionary(d, attention_backend="flex", **kwargs).cuda().train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
+    reference.load_state_dict(model.state_dict())
+    src = torch.randint(4, len(d), (4, 200), device="cuda")
+    src[1, -60:] = d.pad()
+    prev = torch.randint(4, len(d), (4, 136), device="cuda")
+
+    def loss_of(m):
+        return m(src, None, prev)[0].float().logsumexp(-1).mean()
+
+    compiled = torch.compile(model)
+    loss = loss_of(compiled)
+    loss.backward()
+    ref = loss_of(reference)
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-4
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() < 1e-3 * (p_ref.grad.abs().max() + 1e-6), name
+    graphs = counters["stats"]["unique_graphs"]
+    names = _kernel_names(lambda: loss_of(compiled).backward())
+    assert counters["stats"]["unique_graphs"] == graphs
+    assert any("flex" in n or "triton_tem" in n for n in names), names

@@ -1,0 +1,292 @@
+"""Every attention backend side by side: T5 relative-position-biased attention, forward + backward.
+
+    python benchmarks/bench_attention.py                                  # CPU: tiny shape (smoke run)
+    python benchmarks/bench_attention.py --device cuda --json OUT/attention.json
+
+On CUDA the shapes are B16 H12 D64 bf16 at T = S = 512, 1024, 2048 (the issue's shape is 1024),
+each with attention dropout 0 and 0.1, without and with key padding (each row keeps a seeded
+random length in [T/2, T]). Every biased backend starts from the same (H, num_buckets) table
+(T5 v1.1: 32 buckets, max distance 128) and its time includes the table lookup, the masks and the
+gradient reaching the table, as in the model:
+
+- eager: ``attention_backend=torch`` (softmax(qk + bias) v written out, dense bias);
+- fused: the fused_ops softmax-dropout kernel (CUDA, when the extension loads);
+- sdpa: PyTorch SDPA with bias + masks as one mask in q's dtype (no cuDNN kernel with masks);
+- flex: the ``flex`` backend, padding as a block mask (no dropout: rows with dropout show n/a
+  rather than timing its sdpa fallback). With the table gradient (these rows) it reads a
+  (1, H, T, S) float32 bias built once from the per-distance vector (FLEX_TABLE_GRAD="dense",
+  the form measured at 1.52 ms in the issue); forward-only it reads the vector;
+- flex-distance: the same with FLEX_TABLE_GRAD="distance": the kernel reads the (H, 2 M + 1)
+  vector and its backward adds the table gradient atomically (decides whether training can drop
+  the (1, H, T, S) tensor);
+- auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
+- flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
+  attention run; the lower bound for a biased kernel).
+
+Columns: median ms of fwd+bwd (forward only where a backend has no backward on this device),
+TFLOP/s at the nominal 3.5 x 4 B H T S D FLOPs (padding not subtracted), the floor (those FLOPs at
+``--peak-tflops``), and ``err/ref``: the largest error of output and gradients against a float64
+(CPU) or float32 (CUDA) evaluation of the same function, divided by the error of PyTorch's eager
+path in the same dtype (dropout-free rows only; 1.0 = as accurate as PyTorch itself).
+"""
+import argparse
+import json
+import logging
+import os
+import statistics
+import sys
+import time
+from typing import Callable, Dict, List, Optional
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from ast_t5.modules import attention_backends as ab  # noqa: E402
+from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
+
+BACKENDS = ("eager", "fused", "sdpa", "flex", "flex-distance", "auto", "flash-nobias")
+NUM_BUCKETS, MAX_DISTANCE = 32, 128  # T5 v1.1
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                   help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
+    p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
+    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
+    p.add_argument("--batch", type=int, default=None)
+    p.add_argument("--heads", type=int, default=None)
+    p.add_argument("--head-dim", type=int, default=None)
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default=None, help="default: bf16 cuda, fp32 cpu")
+    p.add_argument("--dropouts", type=float, nargs="+", default=[0.0, 0.1])
+    p.add_argument("--padding", choices=("both", "none", "padded"), default="both")
+    p.add_argument("--repeats", type=int, default=None, help="timed repeats (median reported)")
+    p.add_argument("--warmup", type=int, default=None)
+    p.add_argument("--peak-tflops", type=float, default=800.0, help="for the floor column (H100 bf16 dense: ~800)")
+    args = p.parse_args(argv)
+    cuda = args.device == "cuda"
+    if cuda and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device is available")
+    defaults = dict(lengths=[512, 1024, 2048] if cuda else [64], batch=16 if cuda else 2,
+                    heads=12 if cuda else 2, head_dim=64 if cuda else 16, dtype="bf16" if cuda else "fp32",
+                    repeats=20 if cuda else 3, warmup=5 if cuda else 1)
+    for name, value in defaults.items():
+        if getattr(args, name) is None:
+            setattr(args, name, value)
+    if min(args.lengths) < 2 or args.batch < 1 or args.heads < 1 or args.head_dim < 1 or args.repeats < 1:
+        p.error("lengths must be >= 2 and batch, heads, head-dim, repeats >= 1")
+    return args
+
+
+DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+
+
+def flops_fwd_bwd(b, h, t, s, d) -> float:
+    """Two matmuls forward (4 B H T S D), backward 2.5x that (FlashAttention's convention)."""
+    return 3.5 * 4.0 * b * h * t * s * d
+
+
+def make_case(args, length, padded, dtype, device, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(args.batch, args.heads, length, args.head_dim, generator=g).to(device, dtype)
+               for _ in range(3))
+    pad = None
+    if padded:
+        lengths = torch.randint(length // 2, length + 1, (args.batch,), generator=g)
+        pad = (torch.arange(length)[None, :] >= lengths[:, None]).to(device)
+    torch.manual_seed(seed)
+    table = RelativePositionBias(args.heads, NUM_BUCKETS, MAX_DISTANCE, bidirectional=True).to(device)
+    with torch.no_grad():
+        table.embedding.weight.normal_(0.0, 1.0)
+    grad_out = torch.randn(q.shape, generator=g).to(device, dtype)
+    return q, k, v, pad, table, grad_out
+
+
+def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: bool) -> Optional[Callable]:
+    """A closure running one fwd(+bwd) of backend ``name`` and returning (out, grads), or None when
+    the backend does not apply (flex with dropout)."""
+    length = q.size(2)
+    leaves = [t.detach().requires_grad_(backward) for t in (q, k, v)]
+    dtype = q.dtype
+
+    def finish(out):
+        if not backward:
+            return out, []
+        grads = torch.autograd.grad(out, [*leaves, table.embedding.weight], grad_out, allow_unused=True)
+        return out, list(grads)
+
+    if name in ("flash-nobias", "eager-nobias"):
+        nobias_backend = "flash" if name == "flash-nobias" else "torch"
+
+        def run():
+            return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))
+        return run if backward else _without_grad(run)
+    if name in ("flex", "flex-distance") and dropout > 0:
+        return None
+    if name == "flex-distance":
+        def run_distance():
+            saved, ab.FLEX_TABLE_GRAD = ab.FLEX_TABLE_GRAD, "distance"
+            try:
+                folded, _, _ = ab.fold_masks("flex", table(length, length), pad, False, dtype=dtype)
+                return finish(ab.attention(*leaves, bias=folded, backend="flex"))
+            finally:
+                ab.FLEX_TABLE_GRAD = saved
+        return run_distance if backward else _without_grad(run_distance)
+    backend = {"eager": "torch"}.get(name, name)
+
+    def run():
+        folded, fpad, fcausal = ab.fold_masks(backend, table(length, length), pad, False, dtype=dtype)
+        return finish(ab.attention(*leaves, bias=folded, key_padding_mask=fpad, causal=fcausal,
+                                   dropout_p=dropout, backend=backend))
+    return run if backward else _without_grad(run)
+
+
+def _without_grad(fn):
+    def run():
+        with torch.no_grad():
+            return fn()
+    return run
+
+
+def time_ms(fn, device, warmup, repeats) -> float:
+    for _ in range(warmup):
+        fn()
+    samples = []
+    for _ in range(repeats):
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end))
+        else:
+            t0 = time.perf_counter()
+            fn()
+            samples.append((time.perf_counter() - t0) * 1000.0)
+    return statistics.median(samples)
+
+
+def max_error(result, reference) -> float:
+    """Largest abs error over output and gradients, each relative to its reference's largest value."""
+    worst = 0.0
+    for got, ref in zip([result[0], *result[1]], [reference[0], *reference[1]]):
+        if got is None or ref is None:
+            continue
+        scale = ref.abs().max().item() or 1.0
+        worst = max(worst, (got.to(ref.dtype) - ref).abs().max().item() / scale)
+    return worst
+
+
+def reference_result(name, case, backward, device):
+    """The same function evaluated in float64 (CPU) or float32 (CUDA) with the eager backend."""
+    wide = torch.float64 if device.type == "cpu" else torch.float32
+    q, k, v, pad, table, grad_out = case
+    table_wide = RelativePositionBias(table.num_heads, table.num_buckets, table.max_distance, True).to(device, wide)
+    table_wide.load_state_dict(table.state_dict())
+    wide_case = (q.to(wide), k.to(wide), v.to(wide), pad, table_wide, grad_out.to(wide))
+    return step_fn("eager-nobias" if name == "flash-nobias" else "eager", *wide_case, 0.0, backward)()
+
+
+def backward_supported(name, device) -> bool:
+    return device.type == "cuda" or name not in ("flex", "flex-distance")
+
+
+def available(name, device) -> Optional[str]:
+    """None, or why the backend cannot run here."""
+    if name == "fused":
+        import fused_ops
+
+        ok, reason = fused_ops.fused_backend_status(device)
+        return None if ok else reason
+    return None
+
+
+def run(args) -> Dict:
+    device = torch.device(args.device)
+    dtype = DTYPES[args.dtype]
+    paddings = {"both": (False, True), "none": (False,), "padded": (True,)}[args.padding]
+    rows: List[Dict] = []
+    print(f"# attention fwd+bwd, B{args.batch} H{args.heads} D{args.head_dim} {args.dtype} on "
+          f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
+          f"median of {args.repeats}; floor at {args.peak_tflops:g} TFLOP/s")
+    header = f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<13} {'ran':<22} {'ms':>9} {'TFLOP/s':>8} {'floor ms':>8} {'err/ref':>7}"
+    print(header)
+    for length in args.lengths:
+        for dropout in args.dropouts:
+            for padded in paddings:
+                case = make_case(args, length, padded, dtype, device)
+                flops = flops_fwd_bwd(args.batch, args.heads, length, length, args.head_dim)
+                floor_ms = flops / (args.peak_tflops * 1e12) * 1e3
+                ref_cache = {}
+                for name in args.backends:
+                    row = dict(length=length, dropout=dropout, padded=padded, backend=name, dtype=args.dtype,
+                               batch=args.batch, heads=args.heads, head_dim=args.head_dim, floor_ms=floor_ms)
+                    why = available(name, device)
+                    backward = backward_supported(name, device)
+                    fn = None if why else step_fn(name, *case, dropout, backward)
+                    if fn is None:
+                        row.update(ms=None, note=why or "no dropout in FlexAttention")
+                    else:
+                        try:
+                            ab.DISPATCH_COUNTS.clear()
+                            result = fn()
+                            row["ran"] = "+".join(sorted(ab.DISPATCH_COUNTS)) or name
+                            row["pass"] = "fwd+bwd" if backward else "fwd"
+                            row["ms"] = time_ms(fn, device, args.warmup, args.repeats)
+                            row["tflops"] = (flops if backward else flops / 3.5) / (row["ms"] * 1e-3) / 1e12
+                            if dropout == 0.0:
+                                key = ("flash-nobias" if name == "flash-nobias" else "biased", backward)
+                                if key not in ref_cache:
+                                    ref = reference_result(name, case, backward, device)
+                                    own = step_fn("eager-nobias" if name == "flash-nobias" else "eager",
+                                                  *case, 0.0, backward)()
+                                    ref_cache[key] = (ref, max_error(own, ref))
+                                ref, own_err = ref_cache[key]
+                                row["max_err"] = max_error(result, ref)
+                                row["torch_err"] = own_err
+                                row["err_ratio"] = row["max_err"] / own_err if own_err > 0 else None
+                        except (RuntimeError, torch.OutOfMemoryError) as e:  # OOM, kernel refusals
+                            row.update(ms=None, note=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                        if device.type == "cuda":
+                            torch.cuda.empty_cache()
+                    rows.append(row)
+                    print(format_row(row), flush=True)
+    return dict(device=str(device), device_name=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+                torch=torch.__version__, peak_tflops=args.peak_tflops, repeats=args.repeats, rows=rows)
+
+
+def format_row(row) -> str:
+    ms = "n/a" if row.get("ms") is None else f"{row['ms']:.3f}"
+    tf = "" if row.get("tflops") is None else f"{row['tflops']:.1f}"
+    err = "" if row.get("err_ratio") is None else f"{row['err_ratio']:.2f}"
+    ran = row.get("ran", row.get("note", ""))[:22]
+    if row.get("pass") == "fwd":
+        ran = (ran + " (fwd)")[:22]
+    return (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<13} "
+            f"{ran:<22} {ms:>9} {tf:>8} {row['floor_ms']:>8.3f} {err:>7}")
+
+
+def write_json(path: str, payload: Dict) -> None:
+    directory = os.path.dirname(os.path.abspath(path))
+    os.makedirs(directory, exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=1)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    logging.basicConfig(level=logging.WARNING)
+    args = parse_args(argv)
+    payload = run(args)
+    if args.json:
+        write_json(args.json, payload)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
