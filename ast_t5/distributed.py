@@ -322,8 +322,20 @@ class StartupChecks(_HydraCallback):
         init_process_group(config)
         try:
             check_agreement(config, OmegaConf.select(config, "task.data"))
+        except LaunchError as e:
+            _exit_now(e.code)
         except Exception as e:  # Hydra would only warn about a callback's exception
-            raise LaunchError(f"the startup check of the ranks failed: {type(e).__name__}: {e}", code=1)
+            _exit_now(LaunchError(f"the startup check of the ranks failed: {type(e).__name__}: {e}",
+                                  code=1).code)
+
+
+def _exit_now(code: int) -> None:
+    """Leave at once with ``code`` (the one-line error is already on stderr). A normal exit would
+    tear the process group down while the other ranks tear theirs down too, and gloo may then
+    abort the process (SIGABRT) instead of returning the code."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 # ---------------------------------------------------------------------------------------------
