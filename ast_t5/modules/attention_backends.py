@@ -64,7 +64,14 @@ FLEX_MIN_QUERIES = 128  # shorter query blocks (incremental decoding) stay on sd
 # Without autograd (evaluation) flex always reads the vector: no (T, S) tensor at all.
 FLEX_TABLE_GRAD = "dense"
 _LOGGED = set()  # texts already logged by log_once
-DISPATCH_COUNTS = collections.Counter()  # kernel name -> calls that ran it (eager; traced once under compile)
+DISPATCH_COUNTS = collections.Counter()  # kernel name -> calls that ran it (eager calls only)
+
+
+def _count(kernel: str) -> None:
+    """Record that ``kernel`` ran. Skipped while torch.compile traces: a global that changes on
+    every call would become a guard of the compiled graph and force a recompile per step."""
+    if not torch.compiler.is_compiling():
+        DISPATCH_COUNTS[kernel] += 1
 
 
 class AutoRule(NamedTuple):
@@ -175,7 +182,7 @@ def _additive_mask(masked: Optional[torch.Tensor], dtype: torch.dtype) -> Option
 
 def _softmax_attention(q, k, v, bias, masked, dropout_p, scale, backend):
     """Explicit scores -> fused_ops.softmax_dropout (``torch`` or ``fused``) -> weighted sum."""
-    DISPATCH_COUNTS[backend] += 1
+    _count(backend)
     scores = torch.matmul(q * scale if scale != 1.0 else q, k.transpose(-1, -2))  # (B, H, T, S)
     mask = _additive_mask(masked, torch.float32 if scores.dtype != torch.float64 else scores.dtype)
     probs = fused_ops.softmax_dropout(scores, dropout_p, training=dropout_p > 0.0, bias=bias,
@@ -188,11 +195,11 @@ def _masked_sdpa(q, k, v, attn_mask, dropout_p, scale):
     if attn_mask.dtype != torch.bool and attn_mask.dtype != q.dtype:
         attn_mask = attn_mask.to(q.dtype)  # never an fp32 mask with half q
     if not q.is_cuda:
-        DISPATCH_COUNTS["sdpa"] += 1
+        _count("sdpa")
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
-    DISPATCH_COUNTS["sdpa-masked-no-cudnn"] += 1
+    _count("sdpa-masked-no-cudnn")
     with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p, scale=scale)
 
@@ -200,11 +207,11 @@ def _masked_sdpa(q, k, v, attn_mask, dropout_p, scale):
 def _sdpa(q, k, v, bias, masked, dropout_p, scale, causal):
     """PyTorch SDPA; bias and masks folded into one float mask (bool when there is no bias)."""
     if bias is None and masked is None:
-        DISPATCH_COUNTS["sdpa"] += 1
+        _count("sdpa")
         return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=False)
     if bias is None:
         if causal and masked.size(0) == 1:  # causal only: let SDPA pick its causal kernels
-            DISPATCH_COUNTS["sdpa"] += 1
+            _count("sdpa")
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=True)
         attn_mask = ~masked
     else:
@@ -226,20 +233,20 @@ def _flash(q, k, v, key_padding_mask, causal, dropout_p, scale):
 
         if key_padding_mask is None or not causal:
             log_once("attention backend flash: using the flash-attn package")
-            DISPATCH_COUNTS["flash-attn"] += 1
+            _count("flash-attn")
             return flash_attn_bshd(q, k, v, key_padding_mask, causal, dropout_p, scale)
     if key_padding_mask is not None:
         if q.is_cuda and half and not causal and dropout_p == 0.0 and torch_varlen_available():
             from .flash_attn_adapter import torch_varlen_bshd
 
             log_once("attention backend flash: padded keys -> PyTorch's varlen flash kernel")
-            DISPATCH_COUNTS["torch-varlen"] += 1
+            _count("torch-varlen")
             return torch_varlen_bshd(q, k, v, key_padding_mask, scale)
         return None  # PyTorch's flash SDPA takes no mask
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     log_once("attention backend flash: using PyTorch's built-in flash SDPA kernel")
-    DISPATCH_COUNTS["sdpa-flash"] += 1
+    _count("sdpa-flash")
     try:
         with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
             return F.scaled_dot_product_attention(q, k, v, dropout_p=dropout_p, scale=scale, is_causal=causal)
@@ -343,7 +350,7 @@ def _flex_unsupported(q, k, v, bias) -> Optional[str]:
 
 
 def _flex(q, k, v, bias: "FoldedBias", scale):
-    DISPATCH_COUNTS["flex"] += 1
+    _count("flex")
     wide = torch.float64 if bias.rel.per_distance.dtype == torch.float64 else torch.float32  # fp64: tests
     per_distance, dense = None, None
     if _needs_table_grad(bias.rel) and FLEX_TABLE_GRAD == "dense":

@@ -97,7 +97,7 @@ def test_gpu_recipe_on_cpu_warns_with_the_estimated_memory(tmp_path, caplog, mon
         run_checks(compose(PRETRAIN, "base", [f"task.data={tmp_path}", f"checkpoint.save_dir={tmp_path}"]))
     assert "GPU recipe" in caplog.text and "GiB" in caplog.text
     gib = float(caplog.text.split("about ")[1].split(" GiB")[0])
-    assert 5 < gib < 60  # T5 v1.1 base: ~250M parameters x 16 bytes + activations
+    assert 5 < gib < 200  # T5 v1.1 base: ~250M parameters x 16 bytes + activations of 65536 tokens (fp32 on CPU)
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="ast_t5.config_checks"):
         run_checks(tiny(tmp_path))  # a CPU config: no warning
