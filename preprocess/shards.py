@@ -6,6 +6,7 @@ skips complete shards, so a killed run finishes where it stopped and gives the s
 uninterrupted one. Exact duplicates (same content hash) are dropped inside a shard while it runs
 and across shards when merging (the copy in the lowest shard, earliest in walk order, is kept).
 """
+import contextlib
 import glob
 import json
 import logging
@@ -13,6 +14,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import threading
 import time
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional
@@ -64,9 +66,31 @@ def _results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult]:
         for doc in docs:
             yield process_document(doc, ctx)
         return
-    with mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(
-            workers, initializer=_init_worker, initargs=(ctx_args,)) as pool:
+    with deferred_sigint():  # a Ctrl-C inside fork's hooks would be swallowed (printed, ignored)
+        pool = mp.get_context("fork" if hasattr(os, "fork") else "spawn").Pool(
+            workers, initializer=_init_worker, initargs=(ctx_args,))
+    with pool:
         yield from pool.imap(_work, docs, chunksize=IMAP_CHUNKSIZE)
+
+
+@contextlib.contextmanager
+def deferred_sigint():
+    """Hold a Ctrl-C that arrives inside the block and raise it (KeyboardInterrupt) at its end.
+
+    Python runs at-fork callbacks (logging's lock handling) where an exception is only printed,
+    so a Ctrl-C while the pool forks its workers would otherwise be lost and the run go on.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 class ShardWriter:
