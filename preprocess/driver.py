@@ -10,7 +10,7 @@ import time
 from dataclasses import asdict
 
 from .decontamination import Decontaminator, load_benchmark_texts
-from .inputs import ReadLimits, iter_documents, read_document, stable_hash
+from .inputs import ReadLimits, iter_documents, read_document
 from .merge import merge_shards, missing_shards, package_version, remove_shards, write_outputs
 from .shards import run_shard
 from .tokenizer import (Tokenizer, TokenizerError, load_tokenizer, sample_documents, train_sentencepiece,

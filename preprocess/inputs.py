@@ -9,7 +9,6 @@ are ever opened, non-blocking: named pipes, devices and sockets are skipped (``s
 dangling symlinks and symlink loops are ``unreadable``.
 """
 import hashlib
-import json
 import os
 from dataclasses import dataclass
 from typing import Iterator, Optional, Sequence, Union

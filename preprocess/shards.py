@@ -15,7 +15,6 @@ import os
 import shutil
 import signal
 import threading
-import time
 from collections import Counter, defaultdict
 from typing import Dict, Iterable, List, Optional
 
