@@ -76,11 +76,13 @@ def generate(folder, megabytes):
     return total
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
+    """Resident memory of a process in KiB: VmRSS (all), RssAnon (heap) or RssFile (mapped files,
+    e.g. the memory-mapped datasets read by the merge: page cache, reclaimable)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         pass
@@ -102,9 +104,10 @@ def measure(corpus, out, workers, extra):
            "--no-progress", *extra]
     t0 = time.time()
     proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    main_peak, worker_peak, timeline = 0, 0, []
+    main_peak, main_anon_peak, worker_peak, timeline = 0, 0, 0, []
     while proc.poll() is None:
         main = rss_kib(proc.pid)
+        main_anon_peak = max(main_anon_peak, rss_kib(proc.pid, "RssAnon"))
         workers_rss = [rss_kib(c) for c in children(proc.pid)]
         main_peak = max(main_peak, main)
         if workers_rss:
@@ -122,7 +125,7 @@ def measure(corpus, out, workers, extra):
             t = start + q * (end - start)
             at[q] = next(r for s, r in timeline if s >= t)
     manifest = json.load(open(os.path.join(out, "manifest.json")))
-    return dict(wall=wall, main_peak=main_peak, worker_peak=worker_peak, at=at,
+    return dict(wall=wall, main_peak=main_peak, main_anon_peak=main_anon_peak, worker_peak=worker_peak, at=at,
                 files=manifest["totals"].get("files_kept", 0), mb=manifest["totals"].get("bytes", 0) / 1e6)
 
 
@@ -148,14 +151,16 @@ def main():
             r = measure(corpus, out, args.workers, extra)
             results[size] = r
             print(f"{size:g} MB of code ({inputs / 1e6:.0f} MB of Parquet + .jsonl.zst): {r['files']} files kept, "
-                  f"{r['mb']:.0f} MB, {r['wall']:.0f} s; peak RSS main {r['main_peak'] / 1024:.0f} MiB, "
+                  f"{r['mb']:.0f} MB, {r['wall']:.0f} s; peak RSS main {r['main_peak'] / 1024:.0f} MiB "
+                  f"(anonymous {r['main_anon_peak'] / 1024:.0f} MiB), "
                   f"worker {r['worker_peak'] / 1024:.0f} MiB; worker RSS at 10/50/90% of the run: "
                   + " / ".join(f"{v / 1024:.0f}" for v in r["at"].values()) + " MiB", flush=True)
         if len(results) > 1:
             small, big = results[min(results)], results[max(results)]
             print(f"ratio {max(results):g} MB / {min(results):g} MB: worker peak "
                   f"{big['worker_peak'] / small['worker_peak']:.2f} x, main peak "
-                  f"{big['main_peak'] / small['main_peak']:.2f} x (target: worker <= 1.2 x)")
+                  f"{big['main_peak'] / small['main_peak']:.2f} x (anonymous {big['main_anon_peak'] / small['main_anon_peak']:.2f} x) "
+                  "(target: worker <= 1.2 x)")
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)

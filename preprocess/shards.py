@@ -9,6 +9,7 @@ Each shard also stores the MinHash signature of every kept file (``<lang>/<split
 for near-duplicate removal at merge, see near_dup.py) and ``skipped.jsonl``, one line per skipped
 file and per kept file with parse errors (the ``--report``).
 """
+import contextlib
 import glob
 import itertools
 import json
@@ -17,6 +18,7 @@ import multiprocessing as mp
 import os
 import shutil
 import signal
+import threading
 from collections import Counter, defaultdict, deque
 from typing import Dict, Iterable, List, Optional
 
@@ -91,6 +93,12 @@ def _pool_results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult
         return ProcessPoolExecutor(workers, mp_context=mp_ctx, initializer=_init_worker,
                                    initargs=(ctx_args,))
 
+    def submit(batch):
+        # The executor forks its workers inside submit(); a Ctrl-C inside fork's hooks would be
+        # swallowed (printed, ignored), so it is held there and raised after.
+        with deferred_sigint():
+            return pool.submit(_work_batch, batch)
+
     it = iter(docs)
     window = 4 * workers
     pending: deque = deque()  # [batch, future]
@@ -102,7 +110,7 @@ def _pool_results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult
                 batch = list(itertools.islice(it, IMAP_CHUNKSIZE))
                 if not batch:
                     break
-                pending.append([batch, pool.submit(_work_batch, batch)])
+                pending.append([batch, submit(batch)])
             if not pending:
                 return
             try:
@@ -118,12 +126,32 @@ def _pool_results(docs: Iterable, ctx_args, workers: int) -> Iterable[FileResult
                                "(%d/%d)", len(pending), restarts, MAX_POOL_RESTARTS)
                 pool = new_pool()
                 for item in pending:
-                    item[1] = pool.submit(_work_batch, item[0])
+                    item[1] = submit(item[0])
                 continue
             pending.popleft()
             yield from results
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+@contextlib.contextmanager
+def deferred_sigint():
+    """Hold a Ctrl-C that arrives inside the block and raise it (KeyboardInterrupt) at its end.
+
+    Python runs at-fork callbacks (logging's lock handling) where an exception is only printed,
+    so a Ctrl-C while the pool forks its workers would otherwise be lost and the run go on.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: caught.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if caught:
+        raise KeyboardInterrupt
 
 
 class ShardWriter:

@@ -114,7 +114,7 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_shard(tmp_path):
     shutil.copytree(os.path.join(STDLIB, "email"), corpus, ignore=shutil.ignore_patterns("__pycache__"))
     out = tmp_path / "out"
     proc = subprocess.Popen([sys.executable, "-m", "ast_t5_preprocess", "run", str(corpus), "-o", str(out),
-                             *SMALL, "--workers", "2", "--num-shards", "50"],
+                             *SMALL, "--workers", "2", "--num-shards", "500"],  # a pool per shard: slow to finish
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not glob.glob(str(out / "shards" / "*")):
@@ -122,7 +122,7 @@ def test_ctrl_c_is_one_line_and_leaves_no_temporary_shard(tmp_path):
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
     if proc.returncode == 0:
-        pytest.skip("the run finished before Ctrl-C arrived")
+        pytest.skip("the run finished before Ctrl-C arrived: " + err[-500:])
     assert proc.returncode == 130, err
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert err.strip().splitlines()[-1].startswith("ast-t5-preprocess: interrupted")

@@ -206,7 +206,6 @@ def test_nul_byte_anywhere_marks_binary():
 def test_stdlib_files_round_trip_through_every_format(tmp_path):
     """The same real files as a directory, Parquet, .jsonl.zst and a saved dataset give the same
     documents (keys, languages and bytes)."""
-    import pyarrow as pa
     import zstandard
 
     names = ["textwrap.py", "heapq.py", "bisect.py", "colorsys.py"]

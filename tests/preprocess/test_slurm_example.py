@@ -2,12 +2,11 @@
 each job (and each array task, with SLURM_ARRAY_TASK_ID) in place: the three stages must give
 the same bytes as one `run`."""
 import os
-import stat
 import subprocess
 import sys
 
-from ..conftest import STDLIB, STDLIB_FILES
-from .test_cli import SMALL, run_cli, tree_digest
+from ..conftest import STDLIB_FILES
+from .test_cli import run_cli, tree_digest
 from .test_corpus_cli import jsonl_zst, stdlib_rows
 from .test_readers import stack_table, write_parquet
 
