@@ -12,7 +12,7 @@ from .formats import AST_DTYPE, IndexedReader, IndexedWriter
 from .languages import TEXT, grammar_version, load_grammar
 from .parsing import node_type_named, node_type_names
 from .inputs import stable_hash
-from .shards import shard_dir, signature_path
+from .shards import read_signatures, shard_dir
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,7 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
             keys = meta.get("keys", {}).get(group) or [d for d, _, _ in files]
             sigs = None
             if index is not None:
-                sigs = np.load(signature_path(shard_dir(out_dir, i, num_shards), group))
+                sigs = read_signatures(shard_dir(out_dir, i, num_shards), group, len(files))
             item = 0
             for j, (digest, nseg, ntok) in enumerate(files):
                 first, item = item, item + nseg

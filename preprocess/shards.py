@@ -5,8 +5,8 @@ cluster job). Each shard is written to a temporary folder and renamed when compl
 skips complete shards, so a killed run finishes where it stopped and gives the same bytes as an
 uninterrupted one. Exact duplicates (same content hash) are dropped inside a shard while it runs
 and across shards when merging (the copy in the lowest shard, earliest in walk order, is kept).
-Each shard also stores the MinHash signature of every kept file (``<lang>/<split>.minhash.npy``,
-for near-duplicate removal at merge, see near_dup.py) and ``skipped.jsonl``, one line per skipped
+Each shard also stores the MinHash signature of every kept file (``<lang>/<split>.minhash.u32``:
+rows of uint32, streamed to disk, for near-duplicate removal at merge, see near_dup.py) and ``skipped.jsonl``, one line per skipped
 file and per kept file with parse errors (the ``--report``).
 """
 import contextlib
@@ -21,6 +21,8 @@ import signal
 import threading
 from collections import Counter, defaultdict, deque
 from typing import Dict, Iterable, List, Optional
+
+import numpy as np
 
 from .formats import AST_DTYPE, IndexedWriter, token_dtype
 from .inputs import input_bytes, iter_documents, stable_hash
@@ -162,7 +164,7 @@ class ShardWriter:
         self.writers: Dict[tuple, tuple] = {}
         self.files: Dict[str, List[list]] = defaultdict(list)  # "lang/split" -> [hash, segs, toks]
         self.keys: Dict[str, List[str]] = defaultdict(list)  # "lang/split" -> document keys
-        self.signatures: Dict[str, list] = defaultdict(list)  # "lang/split" -> MinHash signatures
+        self.signatures: Dict[str, object] = {}  # "lang/split" -> open signature file
 
     def add(self, res: FileResult, eos: int) -> None:
         key = (res.language, res.split)
@@ -179,27 +181,29 @@ class ShardWriter:
         self.files[group].append([res.content_hash.hex(), len(res.tokens), ntok])
         self.keys[group].append(res.key)
         if res.minhash is not None:
-            self.signatures[group].append(res.minhash)
+            if group not in self.signatures:
+                self.signatures[group] = open(signature_path(self.root, group), "wb")
+            self.signatures[group].write(np.ascontiguousarray(res.minhash, dtype=np.uint32).tobytes())
 
     def close(self) -> None:
         for tok_w, ast_w in self.writers.values():
             tok_w.close()
             ast_w.close()
-        write_signatures(self.root, self.signatures, self.files)
+        for f in self.signatures.values():
+            f.close()
 
 
 def signature_path(root: str, group: str) -> str:
-    return os.path.join(root, group + ".minhash.npy")
+    return os.path.join(root, group + ".minhash.u32")
 
 
-def write_signatures(root: str, signatures: Dict[str, list], files: Dict[str, list]) -> None:
-    """``<lang>/<split>.minhash.npy``: (files, num_perm) uint32, one row per file of the group."""
-    import numpy as np
-
-    for group, sigs in signatures.items():
-        if len(sigs) != len(files[group]):
-            raise RuntimeError(f"{group}: {len(sigs)} signatures for {len(files[group])} files")
-        np.save(signature_path(root, group), np.stack(sigs).astype(np.uint32))
+def read_signatures(root: str, group: str, num_files: int):
+    """(num_files, num_perm) uint32 signatures of a group, memory-mapped."""
+    path = signature_path(root, group)
+    flat = np.memmap(path, dtype=np.uint32, mode="r") if os.path.getsize(path) else np.zeros(0, np.uint32)
+    if num_files == 0 or flat.size % num_files:
+        raise RuntimeError(f"{path}: {flat.size} values for {num_files} files")
+    return flat.reshape(num_files, -1)
 
 
 def report_entry(res: FileResult) -> dict:
