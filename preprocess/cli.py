@@ -58,6 +58,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--keep-shards", action="store_true", help="keep shards/ after merging")
     p.add_argument("--overwrite", action="store_true", help="delete previous outputs first")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--segmenter", choices=("ast", "fixed"), default="ast",
+                   help="where files longer than --max-tokens are cut: AST-aware (default) or at "
+                   "fixed lengths (the T5 baseline of ast-t5-ablate)")
 
 
 def _add_spm_args(p: argparse.ArgumentParser) -> None:
@@ -93,7 +96,8 @@ def options_from_args(args) -> PipelineOptions:
     return PipelineOptions(
         max_tokens=args.max_tokens, valid_ratio=args.valid_ratio, test_ratio=args.test_ratio,
         error_policy=ErrorPolicy(args.parse_error_policy), max_error_ratio=args.max_error_ratio,
-        limits=ReadLimits(args.max_file_bytes, args.max_line_length, args.max_mean_line_length))
+        limits=ReadLimits(args.max_file_bytes, args.max_line_length, args.max_mean_line_length),
+        segmenter=getattr(args, "segmenter", "ast"))
 
 
 def validate(args) -> None:
