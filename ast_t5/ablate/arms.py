@@ -128,14 +128,14 @@ RECIPES: Dict[str, Recipe] = {
                             "common.bf16=false", "++common.cpu=true", "dataset.num_workers=0"),
         notes="CPU smoke recipe: checks the machinery (equal tokens, report structure), never a "
               "winner"),
-    # One H100-hour: T5 v1.1 small, 3 arms x 1 seed, ~20 min of training each.
+    # One H100-hour: T5 v1.1 small, 3 arms x 1 seed, ~13 min of training each (see RESULTS.md).
     "small": Recipe(
-        preset="small", tokens=300_000_000, arms=("t5", "t5+seg", "ast"), seeds=(1,),
+        preset="small", tokens=200_000_000, arms=("t5", "t5+seg", "ast"), seeds=(1,),
         overrides=("optimization.update_freq=[4]", "dataset.num_workers=6"),
         warmup_updates=500, curve_points=8, problems_per_category=200, max_infill_tokens=64,
         random_span_problems=400, random_span_window=256, valid_items_per_language=2000,
         downstream_train=20_000, downstream_test=500, finetune_updates=2000,
         max_body_tokens=128, finetune_overrides=("dataset.max_tokens=16384",),
-        notes="one-H100-hour recipe: tokens per arm chosen for ~20 minutes of training per arm "
-              "at ~250k training tokens/s (see RESULTS.md for how it was sized)"),
+        notes="one-H100-hour recipe: 200M training tokens per arm, ~13 minutes per arm at an "
+              "estimated ~250k training tokens/s (see RESULTS.md for how it was sized)"),
 }

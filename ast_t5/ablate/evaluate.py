@@ -42,8 +42,8 @@ def eval_task(data_dir: str, objective: str, seed: int, mask_ratio: float, max_p
 @torch.no_grad()
 def validation_loss(model, task, languages: Sequence[str], max_items: int, batch_size: int = 16,
                     device: str = "cpu") -> Dict[str, Dict[str, float]]:
-    """{language: {"nll": summed nats, "tokens": target tokens}} on up to ``max_items`` items of
-    each language's valid split (the first items of a seeded permutation)."""
+    """{language: {"nll": summed nats, "tokens": target tokens, "item_nll": [...],
+    "item_tokens": [...]}} on the first ``max_items`` items of each language's valid split."""
     model.eval()
     out = {}
     for lang in languages:
@@ -53,17 +53,19 @@ def validation_loss(model, task, languages: Sequence[str], max_items: int, batch
             continue
         ds = task.datasets[f"valid_{lang}"]
         n = min(len(ds), max_items)
-        nll, count = 0.0, 0
+        item_nll, item_tokens = [], []
         for start in range(0, n, batch_size):
             batch = ds.collater([ds[i] for i in range(start, min(n, start + batch_size))])
             net_input = {k: v.to(device) for k, v in batch["net_input"].items()}
             lprobs = model.get_normalized_probs(model(**net_input), log_probs=True).float()
             target = batch["target"].to(device)
-            nll += float(torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1),
-                                                      ignore_index=task.dictionary.pad(), reduction="sum"))
-            count += int(target.ne(task.dictionary.pad()).sum())
-        if count:
-            out[lang] = {"nll": nll, "tokens": count}
+            nll = torch.nn.functional.nll_loss(lprobs.view(-1, lprobs.size(-1)), target.view(-1),
+                                               ignore_index=task.dictionary.pad(), reduction="none")
+            item_nll += nll.view(target.shape).sum(1).tolist()
+            item_tokens += target.ne(task.dictionary.pad()).sum(1).tolist()
+        if sum(item_tokens):
+            out[lang] = {"nll": float(sum(item_nll)), "tokens": int(sum(item_tokens)),
+                         "item_nll": item_nll, "item_tokens": item_tokens}
     return out
 
 

@@ -105,6 +105,9 @@ def evaluate_run(args, out, corpus, preset_cfg, arm, seed, done, probs, ds_dir, 
             count = sum(v["tokens"] for v in per_lang.values())
             entry[f"valid_loss_{o}"] = nll / count if count else float("nan")
             entry[f"valid_loss_{o}_per_language"] = {l: v["nll"] / v["tokens"] for l, v in per_lang.items()}
+            if point is done["checkpoints"][-1]:  # per item, for intervals of the final loss
+                entry[f"valid_items_{o}"] = {"nll": [x for v in per_lang.values() for x in v["item_nll"]],
+                                             "tokens": [x for v in per_lang.values() for x in v["item_tokens"]]}
         curve.append(entry)
         logger.info("%s seed %d @ %d tokens: valid loss ast %.4f, t5 %.4f", arm.name, seed,
                     entry["tokens"], entry["valid_loss_ast"], entry["valid_loss_t5"])
@@ -173,7 +176,12 @@ def summarize(args, probs, evals: Dict[str, Dict[int, dict]], test_rows) -> dict
         final_loss[arm] = {}
         for o in OBJECTIVES:
             vals = [evals[arm][s]["curve"][-1][f"valid_loss_{o}"] for s in seeds if evals[arm][s]["curve"]]
-            final_loss[arm][o] = {"mean": _mean(vals), "per_seed": vals,
+            items = [evals[arm][s]["curve"][-1].get(f"valid_items_{o}") for s in seeds if evals[arm][s]["curve"]]
+            ci = [float("nan")] * 2
+            if items and all(items):
+                nll = np.mean([it["nll"] for it in items], axis=0)
+                ci = list(stats.ratio_ci(nll, items[0]["tokens"], args.eval_seed)[1:])
+            final_loss[arm][o] = {"mean": _mean(vals), "per_seed": vals, "ci": ci,
                                   "spread": stats.seed_summary(vals)["spread"]}
     downstream = {}
     if test_rows and all("downstream" in evals[a][s] for a in arms for s in seeds):
@@ -224,9 +232,15 @@ def verdicts(args, probs, evals, summary, test_rows) -> List[dict]:
         for o in OBJECTIVES:
             fa = summary["final_valid_loss"][arm][o]
             fb = summary["final_valid_loss"][base][o]
-            # validation loss: no per-problem pairing is kept; the seed spread alone decides
+            ia = [evals[arm][s]["curve"][-1].get(f"valid_items_{o}") for s in seeds if evals[arm][s]["curve"]]
+            ib = [evals[base][s]["curve"][-1].get(f"valid_items_{o}") for s in seeds if evals[base][s]["curve"]]
+            paired = (float("nan"),) * 3
+            if ia and ib and all(ia) and all(ib):
+                paired = stats.paired_ratio_difference(np.mean([x["nll"] for x in ia], axis=0),
+                                                       np.mean([x["nll"] for x in ib], axis=0),
+                                                       ia[0]["tokens"], args.eval_seed)
             out.append(stats.verdict(arm, base, f"validation loss ({o} objective)", fa["per_seed"],
-                                     fb["per_seed"], (float("nan"),) * 3, higher_is_better=False))
+                                     fb["per_seed"], paired, higher_is_better=False))
         if summary["downstream"]:
             a = [evals[arm][s]["downstream"]["exact"] for s in seeds]
             b = [evals[base][s]["downstream"]["exact"] for s in seeds]
@@ -326,7 +340,7 @@ def write_report(args, out: str, corpora, preset_cfg, schedule, trained, summary
     L.append("")
     L.append("Held-out `valid` split of the AST-segmented corpus, the same corrupted items for every "
              "arm (evaluation seed), mean cross-entropy in nats per target token under each "
-             "objective; ± is half the seed spread (shown with several seeds).")
+             "objective, [95% bootstrap interval over items]; ± is half the seed spread (with several seeds).")
     L.append("")
     L.append("![validation curves](valid_curves.png)")
     L.append("")
@@ -337,7 +351,8 @@ def write_report(args, out: str, corpora, preset_cfg, schedule, trained, summary
         cells = []
         for o in OBJECTIVES:
             c = f[o]
-            cells.append(f"{c['mean']:.4f}" + (f" ±{c['spread'] / 2:.4f}" if c["spread"] is not None else ""))
+            cells.append(f"{c['mean']:.4f} [{c['ci'][0]:.4f}, {c['ci'][1]:.4f}]"
+                         + (f" ±{c['spread'] / 2:.4f}" if c["spread"] is not None else ""))
         L.append(f"| `{a.name}` | {cells[0]} | {cells[1]} |")
     L.append("")
     L.append("## Infilling on held-out code")
@@ -388,9 +403,9 @@ def verdict_paragraph(args, verdict_list) -> str:
     if not verdict_list:
         return "One arm only: nothing to compare."
     seeds_note = ("" if len(args.seed_list) > 1 else
-                  "With one seed there is no seed spread; differences are judged by the paired "
-                  "95% bootstrap interval over problems only, and validation losses (no paired "
-                  "problems) cannot be separated from seed noise, so they are called ties. ")
+                  "With one seed there is no seed spread: differences are judged only by paired "
+                  "95% bootstrap intervals over the same problems, which measure problem sampling, "
+                  "not seed-to-seed variation; run several seeds before trusting a win. ")
     wins = [v for v in verdict_list if not v["tie"]]
     lines = [f"Baseline `{args.arm_list[0].name}`. {seeds_note}".strip()]
     lines += [v["text"] for v in verdict_list]

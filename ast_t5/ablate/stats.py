@@ -30,6 +30,23 @@ def bootstrap_ci(values: Sequence[float], seed: int, resamples: int = RESAMPLES)
     return float(v.mean()), float(np.quantile(means, a)), float(np.quantile(means, 1 - a))
 
 
+def ratio_ci(nll: Sequence[float], tokens: Sequence[float], seed: int, resamples: int = RESAMPLES):
+    """(sum nll / sum tokens, low, high): a loss per token with items resampled."""
+    x, t = np.asarray(nll, dtype=np.float64), np.asarray(tokens, dtype=np.float64)
+    if x.size == 0 or t.sum() == 0:
+        return float("nan"), float("nan"), float("nan")
+    idx = np.random.default_rng([seed, 0xC2]).integers(0, x.size, (resamples, x.size))
+    draws = x[idx].sum(1) / np.maximum(t[idx].sum(1), 1)
+    a = (1 - CONFIDENCE) / 2
+    return float(x.sum() / t.sum()), float(np.quantile(draws, a)), float(np.quantile(draws, 1 - a))
+
+
+def paired_ratio_difference(nll_a, nll_b, tokens, seed: int, resamples: int = RESAMPLES):
+    """Loss-per-token difference of two models on the same items, items resampled jointly."""
+    d = np.asarray(nll_a, dtype=np.float64) - np.asarray(nll_b, dtype=np.float64)
+    return ratio_ci(d, tokens, seed, resamples)
+
+
 def interval(draws: Sequence[float], point: float):
     d = np.asarray(draws, dtype=np.float64)
     if d.size == 0:
