@@ -23,7 +23,6 @@ import glob
 import json
 import logging
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -31,8 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Dict, List
 
 from .arms import DEFAULT_MASK_RATIO, RECIPES, ArmError, parse_arms
-from .train import (TOLERANCE, AblationError, arm_dir, atomic_write_json, check_budget, load_preset,
-                    plan_schedule, repo_config_dir, run_arm, train_command, train_env)
+from .train import (AblationError, arm_dir, check_budget, load_preset, plan_schedule,
+                    repo_config_dir, run_arm, train_command, train_env)
 
 logger = logging.getLogger("ast_t5.ablate")
 
@@ -68,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "Bugs2Fix, Java-C#) instead of the built-in docstring-to-body task")
     p.add_argument("--downstream-config", default="concode",
                    help="fine-tuning config in config/finetune (default concode)")
+    p.add_argument("--finetune-config-dir", default=repo_config_dir("finetune"))
     p.add_argument("--finetune-updates", type=int)
     p.add_argument("--no-downstream", action="store_true", help="skip the downstream task")
     p.add_argument("--device", default=None, help="evaluation device (default: cuda if available)")

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from . import evaluate, problems, stats
-from .train import TOLERANCE, arm_dir, atomic_write_json, repo_config_dir, train_env
+from .train import TOLERANCE, arm_dir, atomic_write_json, train_env
 
 logger = logging.getLogger(__name__)
 
@@ -122,7 +122,7 @@ def evaluate_run(args, out, corpus, preset_cfg, arm, seed, done, probs, ds_dir, 
         arch = evaluate.model_arch(preset_cfg)
         overrides = list(r.finetune_overrides)
         overrides += [o for o in args.override if o.lstrip("+").startswith("model.")]
-        cmd = evaluate.finetune_command(repo_config_dir("finetune"), args.downstream_config, ds_dir,
+        cmd = evaluate.finetune_command(args.finetune_config_dir, args.downstream_config, ds_dir,
                                         corpus, os.path.join(run_dir, "checkpoint_last.pt"), ft_dir,
                                         seed, args.finetune_updates, arch, overrides)
         ckpt = evaluate.finetune(cmd, ft_dir, env=train_env())
