@@ -101,9 +101,16 @@ def subtree_candidates(tokens: np.ndarray, rows: np.ndarray, names: Dict[int, st
     return out
 
 
+def scan_order(n: int, seed: int, tag: int, limit: int) -> List[int]:
+    """A seeded order of at most ``limit`` of ``n`` segments (bounded work on big splits)."""
+    order = np.random.default_rng([seed, tag, 0x5CA]).permutation(n)[:limit]
+    return sorted(order.tolist())
+
+
 def subtree_problems(data_dir: str, sentinels: SentinelSpec, seed: int, per_category: int,
-                     max_len: int, split: str = "test") -> List[InfillProblem]:
-    """Up to ``per_category`` problems per (language, category), drawn with ``seed``."""
+                     max_len: int, split: str = "test", max_segments: int = 5000) -> List[InfillProblem]:
+    """Up to ``per_category`` problems per (language, category), drawn with ``seed`` from the
+    nodes of at most ``max_segments`` segments of each language."""
     problems = []
     hole = int(sentinels.sentinel_id(0))
     for li, lang in enumerate(code_languages(data_dir)):
@@ -113,7 +120,7 @@ def subtree_problems(data_dir: str, sentinels: SentinelSpec, seed: int, per_cate
         tokens, asts = loaded
         names = read_type_names(os.path.join(data_dir, lang, "node_types.txt"))
         by_cat: Dict[str, list] = {c: [] for c in CATEGORIES}
-        for i in range(len(tokens)):
+        for i in scan_order(len(tokens), seed, li, max_segments):
             toks = tokens[i].numpy().astype(np.int64)
             rows = asts[i].numpy().reshape(-1, 3)
             for start, end, cat in subtree_candidates(toks, rows, names, lang, max_len):
@@ -180,7 +187,8 @@ def _function_pieces(text: str):
 
 def docstring_functions(data_dir: str, split: str, codec, limit: int, max_body_tokens: int,
                         seed: int, max_source_tokens: int = 256) -> List[dict]:
-    """Python functions of ``split`` with a docstring: {"source", "target", "segment"}.
+    """Up to ``limit`` Python functions of ``split`` with a docstring, segments visited in a
+    seeded order: {"source", "target", "segment"}.
 
     Functions are found in the AST side channel (``function_definition`` nodes), decoded from
     the segment's tokens with the indentation of their line, and kept when they parse on their
@@ -195,7 +203,9 @@ def docstring_functions(data_dir: str, split: str, codec, limit: int, max_body_t
     names = read_type_names(os.path.join(data_dir, "python", "node_types.txt"))
     fn_ids = {k for k, v in names.items() if v == "function_definition"}
     found, seen = [], set()
-    for i in range(len(tokens)):
+    for i in np.random.default_rng([seed, 0xD0C]).permutation(len(tokens)).tolist():
+        if len(found) >= limit:
+            break
         toks = tokens[i].numpy().astype(np.int64)[:-1].tolist()
         rows = asts[i].numpy().reshape(-1, 3)
         for start, end, kind in rows[1:].tolist():
@@ -214,7 +224,4 @@ def docstring_functions(data_dir: str, split: str, codec, limit: int, max_body_t
                 continue
             seen.add(pieces)
             found.append({"source": src, "target": tgt, "segment": i})
-    if len(found) > limit:
-        rng = np.random.default_rng([seed, 0xD0C])
-        found = [found[j] for j in sorted(rng.choice(len(found), limit, replace=False).tolist())]
-    return found
+    return found[:limit]

@@ -6,6 +6,7 @@ problems within a seed, and the seed spread across seeds; the verdict paragraph 
 from these numbers by :func:`ast_t5.ablate.stats.verdict`.
 """
 import datetime
+import hashlib
 import json
 import logging
 import math
@@ -47,11 +48,13 @@ def build_problems(args, out: str, corpus: str) -> Dict[str, list]:
                              ("test", r.downstream_test)):
             down[split] = problems.docstring_functions(corpus, split, codec, limit, r.max_body_tokens,
                                                        args.eval_seed)
-    atomic_write_json(os.path.join(out, "problems.json"),
-                      {"eval_seed": args.eval_seed, "subtree": [p.to_json() for p in sub],
-                       "random_span": [p.to_json() for p in rnd],
-                       "downstream_counts": {k: len(v) for k, v in down.items()}})
-    return {"subtree": sub, "random_span": rnd, "downstream": down}
+    record = {"eval_seed": args.eval_seed, "subtree": [p.to_json() for p in sub],
+              "random_span": [p.to_json() for p in rnd], "downstream": down,
+              "settings": [args.mask_ratio, args.finetune_updates, args.downstream_data,
+                           args.downstream_config, args.recipe_cfg.valid_items_per_language]}
+    sha = hashlib.sha256(json.dumps(record, sort_keys=True).encode()).hexdigest()[:16]
+    atomic_write_json(os.path.join(out, "problems.json"), dict(record, sha=sha))
+    return {"subtree": sub, "random_span": rnd, "downstream": down, "sha": sha}
 
 
 def downstream_data_dir(args, out: str, probs) -> str:
@@ -83,7 +86,7 @@ def evaluate_run(args, out, corpus, preset_cfg, arm, seed, done, probs, ds_dir, 
     if os.path.exists(cache):
         with open(cache, encoding="utf-8") as f:
             cached = json.load(f)
-        if cached.get("eval_seed") == args.eval_seed and cached.get("n_subtree") == len(probs["subtree"]):
+        if cached.get("problems_sha") == probs["sha"]:
             return cached
     max_pos = int(preset_cfg.task.get("max_source_positions", 1024))
     langs = problems.code_languages(corpus)
@@ -115,8 +118,8 @@ def evaluate_run(args, out, corpus, preset_cfg, arm, seed, done, probs, ds_dir, 
     codec = gen.codec
     sub = evaluate.score_infill(gen, probs["subtree"], codec)
     rnd = evaluate.score_infill(gen, probs["random_span"], codec)
-    result = {"arm": arm.name, "seed": seed, "eval_seed": args.eval_seed,
-              "n_subtree": len(probs["subtree"]), "curve": curve, "subtree": sub, "random_span": rnd}
+    result = {"arm": arm.name, "seed": seed, "eval_seed": args.eval_seed, "problems_sha": probs["sha"],
+              "curve": curve, "subtree": sub, "random_span": rnd}
     if ds_dir and test_rows:
         ft_dir = os.path.join(run_dir, "finetune")
         arch = evaluate.model_arch(preset_cfg)
