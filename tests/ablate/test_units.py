@@ -144,3 +144,15 @@ def test_docstring_functions_parse_and_split_at_the_docstring(ablation_corpus):
         fn = python_ast.parse(__import__("textwrap").dedent(r["source"] + r["target"])).body[0]
         assert python_ast.get_docstring(fn) is not None
         assert r["target"].strip() and '"""' not in r["target"].split("\n")[0]
+
+
+def test_cli_arm_list_keeps_user_overrides_together():
+    from ast_t5.ablate.cli import build_parser, resolve
+
+    args = resolve(build_parser().parse_args(
+        ["--corpus", "c", "-o", "o", "--arms", "t5,noobf=ast:task.obfuscation_prob=0,task.threshold_lb=3,ast@0.15",
+         "--arm", "x=t5+seg:task.mean_span_length=5,task.noise_density=0.3"]))
+    assert [a.name for a in args.arm_list] == ["t5", "noobf", "ast@0.15", "x"]
+    assert args.arm_list[1].overrides == ("task.obfuscation_prob=0", "task.threshold_lb=3")
+    assert args.arm_list[3].overrides == ("task.mean_span_length=5", "task.noise_density=0.3")
+    assert args.tokens == 300_000 and args.seed_list == [1]  # the tiny recipe's defaults
