@@ -11,6 +11,8 @@ import pytest
 
 from tests.ablate.conftest import SPLIT_ARGS
 
+pytestmark = pytest.mark.slow
+
 BUDGET = 130_000  # >= 1000 x the longest segment (128 tokens), so 0.1% is reachable
 
 
