@@ -283,6 +283,8 @@ def plot_curves(out: str, summary: dict) -> List[str]:
         arms = list(summary["curves"])
         fig, ax = plt.subplots(figsize=(max(6, 1.6 * len(groups) * len(arms) / 2), 4))
         width = 0.8 / len(arms)
+        top = max(summary["infilling"][g][a]["token_acc"]["ci"][1] for g in groups for a in arms)
+        ax.set_ylim(0, max(0.05, 1.15 * top))
         for k, arm in enumerate(arms):
             means = [summary["infilling"][g][arm]["token_acc"]["mean"] for g in groups]
             lo = [m - summary["infilling"][g][arm]["token_acc"]["ci"][0] for g, m in zip(groups, means)]
