@@ -45,6 +45,7 @@ setup(
     packages=[
         "ast_t5", "ast_t5.tasks", "ast_t5.models", "ast_t5.modules", "ast_t5.data",
         "ast_t5.criterions", "ast_t5.eval", "ast_t5.optim", "ast_t5.generation", "ast_t5.hf",
+        "ast_t5.ablate",
         "ast_t5_preprocess",
         "fused_ops",
         "hydra_plugins.ast_t5_hydra",

@@ -98,6 +98,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--log-interval", type=float, default=60.0,
                    help="without a terminal, log progress (files, MB/s, ETA) every this many "
                    "seconds (60; 0 = never)")
+    p.add_argument("--segmenter", choices=("ast", "fixed"), default="ast",
+                   help="where files longer than --max-tokens are cut: AST-aware (default) or at "
+                   "fixed lengths (the T5 baseline of ast-t5-ablate)")
 
 
 def _add_spm_args(p: argparse.ArgumentParser) -> None:
@@ -168,7 +171,8 @@ def options_from_args(args) -> PipelineOptions:
         error_policy=ErrorPolicy(args.parse_error_policy), max_error_ratio=args.max_error_ratio,
         limits=ReadLimits(args.max_file_bytes, args.max_line_length, args.max_mean_line_length),
         max_ast_depth=args.max_ast_depth,
-        near_dup_threshold=None if args.no_near_dup else args.near_dup_threshold)
+        near_dup_threshold=None if args.no_near_dup else args.near_dup_threshold,
+        segmenter=getattr(args, "segmenter", "ast"))
 
 
 def validate(args) -> None:

@@ -32,6 +32,7 @@ class PipelineOptions:
     limits: ReadLimits = field(default_factory=ReadLimits)
     max_ast_depth: int = DEFAULT_MAX_AST_DEPTH
     near_dup_threshold: Optional[float] = DEFAULT_THRESHOLD  # None: no near-duplicate removal
+    segmenter: str = "ast"  # "ast": AST-aware cuts; "fixed": fixed-length cuts (ablation baseline)
 
 
 @dataclass
@@ -124,7 +125,7 @@ def _process(doc: Document, ctx: WorkerContext) -> FileResult:
             kinds = parsed.kinds[1:][keep]
         res.num_nodes = len(starts) + 1
         cost = cut_costs(starts, ends, len(ids))
-    _segment(res, ids, starts, ends, kinds, root_kind, cost, opts.max_tokens - 1)
+    _segment(res, ids, starts, ends, kinds, root_kind, cost, opts.max_tokens - 1, opts.segmenter)
     return res
 
 
@@ -141,11 +142,14 @@ def _parse(doc: Document, data: bytes, ctx: WorkerContext):
     return parsed, doc.language
 
 
-def _segment(res: FileResult, ids, starts, ends, kinds, root_kind, cost, max_len) -> None:
+def _segment(res: FileResult, ids, starts, ends, kinds, root_kind, cost, max_len,
+             segmenter: str = "ast") -> None:
     n = len(ids)
     cuts = ast_aware_cuts(cost, max_len)
     res.broken_ast = broken_count(cost, cuts)
     res.broken_naive = broken_count(cost, naive_cuts(n, max_len))
+    if segmenter == "fixed":  # the ablation baseline: same files, fixed-length cuts
+        cuts = naive_cuts(n, max_len)
     for a, b in segment_bounds(n, cuts):
         res.tokens.append(ids[a:b])
         res.asts.append(clip_tree(starts, ends, kinds, root_kind, a, b))

@@ -13,7 +13,10 @@ import logging
 import os
 from dataclasses import dataclass, field
 
+import numpy as np
+import torch
 from fairseq.data import Dictionary
+from fairseq.logging import metrics
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 from fairseq.tasks import register_task
 from omegaconf import II, MISSING
@@ -26,6 +29,7 @@ from ..data.node_categories import NodeCategories
 from ..data.sentinels import SentinelSpec
 from ..data.span_corruption_dataset import SpanCorruptionDataset
 from ..distributed import DistributedOptions
+from . import token_budget
 from .shared_vocab_task import SharedVocabTask
 
 logger = logging.getLogger(__name__)
@@ -68,6 +72,10 @@ class AstT5PretrainingConfig(FairseqDataclass, DistributedOptions):
     audit_log: str = _f("", "if set, a folder where every rank appends, per update, the ids of "
                             "its samples and a checksum of the parameters it starts from "
                             "(audit_rank<R>.jsonl): to check data sharding and replica sync")
+    max_train_tokens: int = _f(0, "stop after this many training tokens (the segments' own tokens, "
+                                  "before corruption, over all ranks), within max_train_tokens_tolerance; "
+                                  "0: stop by optimization.max_update only")
+    max_train_tokens_tolerance: float = _f(0.001, "allowed relative distance from max_train_tokens")
     seed: int = II("common.seed")
 
 
@@ -86,6 +94,8 @@ def validate_config(cfg) -> None:
         raise ValueError(f"mean_span_length={cfg.mean_span_length} must be >= 1")
     if cfg.max_source_positions < 2 or cfg.max_target_positions < 2:
         raise ValueError("max_source_positions and max_target_positions must be >= 2")
+    if cfg.max_train_tokens < 0 or not 0 <= cfg.max_train_tokens_tolerance < 1:
+        raise ValueError("max_train_tokens must be >= 0 and max_train_tokens_tolerance in [0, 1)")
 
 
 @register_task("ast_t5_pretraining", dataclass=AstT5PretrainingConfig)
@@ -162,7 +172,51 @@ class AstT5PretrainingTask(SharedVocabTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if self.cfg.audit_log:
             write_audit_record(self.cfg.audit_log, sample, model, update_num)
+        if self.cfg.max_train_tokens > 0:
+            return self._budgeted_train_step(sample, model, criterion, optimizer, update_num,
+                                             ignore_grad)
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def _budgeted_train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad):
+        """train_step under ``max_train_tokens`` (see ``token_budget``)."""
+        budget = getattr(self, "_token_budget", None)
+        if budget is None:
+            tol = int(self.cfg.max_train_tokens * self.cfg.max_train_tokens_tolerance)
+            budget = self._token_budget = token_budget.TokenBudget(self.cfg.max_train_tokens, tol)
+            if update_num > 0:
+                budget.load(token_budget.restored_counters(token_budget.root_config(self.cfg),
+                                                           update_num))
+                logger.info("resumed token budget at update %d: %d of %d tokens", update_num,
+                            budget.tokens, budget.budget)
+        has_items = bool(sample) and "id" in sample and not ignore_grad and not budget.done
+        sizes = self.datasets["train"].sizes[sample["id"].cpu().numpy()] if has_items else np.zeros(0, np.int64)
+        keep = np.ones(len(sizes), dtype=bool)
+        if has_items and token_budget.world_size() == 1:
+            keep = token_budget.select_items(sizes, budget.remaining, budget.tolerance)
+        if not keep.any():  # nothing of this batch fits: a no-op contribution to the update
+            loss, _, logging_output = super().train_step(sample, model, criterion, optimizer,
+                                                         update_num, ignore_grad=True)
+            logging_output = {k: (v * 0 if isinstance(v, (int, float)) or torch.is_tensor(v) else v)
+                              for k, v in logging_output.items()}
+            counts = [0, 0, 0]
+            sample_size = 0
+        else:
+            if not keep.all():
+                sample = token_budget.subset_sample(sample, keep, self.dictionary.pad())
+            loss, sample_size, logging_output = super().train_step(
+                sample, model, criterion, optimizer, update_num, ignore_grad)
+            counts = [int(sizes[keep].sum()), int(sample["net_input"]["src_lengths"].sum()),
+                      int(sample["ntokens"])]
+        counts = token_budget.all_reduce_counts(counts)
+        budget.tokens += counts[0]
+        budget.source_tokens += counts[1]
+        budget.target_tokens += counts[2]
+        self.state.merge_state_dict(budget.state())
+        metrics.log_scalar("train_tokens", budget.tokens, weight=0, priority=900, round=0)
+        if budget.done and token_budget.stop_after_update(self.cfg, update_num) is not None:
+            logger.info("token budget reached: %d tokens (budget %d +- %d); stopping after "
+                        "update %d", budget.tokens, budget.budget, budget.tolerance, update_num + 1)
+        return loss, sample_size, logging_output
 
 
 def write_audit_record(folder: str, sample, model, update_num: int) -> None:
