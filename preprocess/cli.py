@@ -23,6 +23,7 @@ import os
 import sys
 
 from .inputs import ReadLimits
+from .log_setup import configure_cli_logging
 from .near_dup import DEFAULT_THRESHOLD
 from .parsing import DEFAULT_MAX_AST_DEPTH, ErrorPolicy
 from .pipeline import PipelineOptions
@@ -226,8 +227,8 @@ class UsageError(Exception):
 
 def main(argv=None) -> int:
     args = parse_args(build_parser(), argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(asctime)s | %(levelname)s | %(name)s | %(message)s")
+    configure_cli_logging(logging.DEBUG if args.verbose else logging.INFO,
+                          "%(asctime)s | %(levelname)s | %(name)s | %(message)s")
     from . import driver
     from .merge import MergeError
     from .readers import CorpusFormatError

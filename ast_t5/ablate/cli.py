@@ -122,7 +122,23 @@ def ensure_fixed_corpus(args, out: str) -> str:
            "--num-sentinels", str(manifest["tokenizer"]["num_sentinels"]),
            "--max-tokens", str(o["max_tokens"]), "--valid-ratio", str(o["valid_ratio"]),
            "--test-ratio", str(o["test_ratio"]), "--parse-error-policy", o["error_policy"],
-           "--max-error-ratio", str(o["max_error_ratio"]), "--segmenter", "fixed", "--no-progress"]
+           "--segmenter", "fixed", "--no-progress"]
+    # every option that decides which files are kept, as the AST-segmented corpus had it
+    if o.get("max_error_ratio") is not None:  # None: the per-language defaults
+        cmd += ["--max-error-ratio", str(o["max_error_ratio"])]
+    if o.get("max_ast_depth") is not None:
+        cmd += ["--max-ast-depth", str(o["max_ast_depth"])]
+    if "near_dup_threshold" in o:
+        cmd += (["--no-near-dup"] if o["near_dup_threshold"] is None
+                else ["--near-dup-threshold", str(o["near_dup_threshold"])])
+    if o.get("dedup") is False:
+        cmd += ["--no-dedup"]
+    for name in o.get("exclude_benchmark") or ():
+        if name != "humaneval":  # the manifest keeps names, not the benchmark files' paths
+            raise AblationError(f"{args.corpus} was decontaminated against {name!r}: make the "
+                                "fixed-length corpus yourself with the same --exclude-benchmark "
+                                "and --segmenter fixed, and pass it as --fixed-corpus")
+        cmd += ["--exclude-benchmark", name]
     if o.get("language"):
         cmd += ["--language", o["language"]]
     for key, flag in (("max_file_bytes", "--max-file-bytes"), ("max_line_length", "--max-line-length"),

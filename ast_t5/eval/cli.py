@@ -23,6 +23,8 @@ import os
 import sys
 from typing import List, Optional, Sequence
 
+from ast_t5_preprocess.log_setup import configure_cli_logging
+
 from .completions import (generate_completions, load_checkpoint_completion_fn, load_completions,
                           write_prompts)
 from .harness import evaluate, format_summary, summarize
@@ -283,8 +285,8 @@ def _run_text_metrics(args: argparse.Namespace) -> int:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     """Console entry point; returns the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s", force=True)
+    configure_cli_logging(logging.DEBUG if args.verbose else logging.INFO,
+                          "%(levelname)s %(name)s: %(message)s")
     try:
         return args.handler(args)
     except EvalInputError as exc:

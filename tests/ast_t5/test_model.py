@@ -140,7 +140,7 @@ def fairseq_cli_cfg(arch: str, extra=()):
     from fairseq.dataclass.utils import convert_namespace_to_omegaconf
 
     argv = ["/nonexistent-data", "--task", "translation", "--source-lang", "src", "--target-lang", "tgt",
-            "--arch", arch, "--attention-backend", "torch", "--dropout", "0.0", "--optimizer", "adam",
+            "--arch", arch, "--attention-backend", "torch", "--dropout", "0.0", "--optimizer", "adamw_torch",
             "--lr", "1e-2", "--lr-scheduler", "fixed", "--criterion", "label_smoothed_cross_entropy",
             "--label-smoothing", "0.1", "--max-tokens", "1000", "--cpu", "--seed", "1", *extra]
     return convert_namespace_to_omegaconf(options.parse_args_and_arch(options.get_training_parser(), argv))

@@ -176,7 +176,24 @@ def test_fused_cross_entropy_runs_on_cuda_and_matches_eager(task_dir):
     assert int(log["n_correct"]) == int(elog["n_correct"])
 
 
-def test_bench_train_cpu_mode(tmp_path):
+@pytest.fixture
+def restored_logging():
+    """bench_train.main configures logging for a script (root handler on this test's stdout,
+    quieter package loggers); put it back so later tests log as before."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    names = ("fairseq", "ast_t5", "fused_ops", "transformers", "hydra", "ast_t5.models.ast_t5_model")
+    levels = {n: logging.getLogger(n).level for n in names}
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(level)
+    for n, lvl in levels.items():
+        logging.getLogger(n).setLevel(lvl)
+
+
+def test_bench_train_cpu_mode(tmp_path, restored_logging):
     out = tmp_path / "train.json"
     assert bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1",
                              "--profile", "--json", str(out)]) == 0

@@ -4,6 +4,7 @@ import glob
 import json
 import logging
 import os
+import re
 import random
 import shutil
 import signal
@@ -55,6 +56,13 @@ namespace demo _GLIBCXX_VISIBILITY(default)
 
 def run(*args):
     return main(["run", *map(str, args), *FAST])
+
+
+def error_lines(captured_err: str):
+    """stderr without the log records (``time | LEVEL | logger | message``): what the command
+    says when it fails. Never a traceback."""
+    assert "Traceback" not in captured_err
+    return [l for l in captured_err.strip().splitlines() if not re.match(r"\d{4}-\d\d-\d\d .* \| ", l)]
 
 
 @pytest.fixture()
@@ -293,7 +301,7 @@ def test_workers_that_keep_dying_end_in_one_line(tmp_path, spm, monkeypatch, cap
     stdlib_copy(corpus, ["heapq.py", "bisect.py"])
     monkeypatch.setattr(shards, "_work_batch", _always_die)
     assert run(corpus, "-o", tmp_path / "out", "--workers", "2", *spm) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "worker process died" in err[0]
 
 
@@ -312,7 +320,7 @@ def test_finished_output_refuses_other_options_and_stale_tmp_shards_go(tmp_path,
     capsys.readouterr()
     assert main(["run", str(corpus), "-o", str(out), "--keep-shards", *spm, "--no-progress",
                  "--max-tokens", "128", "--num-sentinels", "32"]) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "other inputs or options" in err[0]
 
 
@@ -323,7 +331,7 @@ def test_no_usable_input_fails_without_leaving_an_output(tmp_path, spm, capsys):
     (corpus / "empty.py").write_text("")
     out = tmp_path / "out"
     assert run(corpus, "-o", out, *spm) == 2
-    err = capsys.readouterr().err.strip().splitlines()
+    err = error_lines(capsys.readouterr().err)
     assert len(err) == 1 and "no usable input" in err[0] and "unknown_extension=1" in err[0]
     assert not out.exists()
 
