@@ -101,3 +101,19 @@ def torch_single_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+@pytest.fixture(autouse=True)
+def isolated_root_logging():
+    """Remove the root-logger handlers a test left behind (``logging.basicConfig`` in a command's
+    main, or fairseq_cli's at import): they hold that test's captured stream, closed once it ends,
+    and a later test's records would fail to write to it."""
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    yield
+    for h in root.handlers[:]:
+        if h not in handlers:
+            root.removeHandler(h)
+    root.setLevel(level)
