@@ -146,16 +146,26 @@ class _StoredShingles:
 
 
 def _ensure_valid_files(kept: list, valid_ratio: float) -> List[str]:
-    """Move one train file to valid for each language with enough files and no valid file."""
+    """Move one train file to valid for each language with enough files and no valid file; a
+    language with fewer than MIN_FILES_FOR_VALID files keeps all of them in train."""
     by_lang: Dict[str, list] = defaultdict(list)
     for entry in kept:
         by_lang[entry[0]].append(entry)
     too_small = []
     for lang, entries in sorted(by_lang.items()):
+        if len(entries) < MIN_FILES_FOR_VALID:
+            # Too few files to hold any out: all of them train (a lone file that hashed into
+            # valid or test would leave the language with no training data at all).
+            for e in entries:
+                e[1] = "train"
+            too_small.append(lang)
+            logger.warning("%s has %d file(s): too few for a validation file, so there is no "
+                           "valid_%s subset", lang, len(entries), lang)
+            continue
         if any(e[1] == "valid" for e in entries):
             continue
         train = [e for e in entries if e[1] == "train"]
-        if len(entries) < MIN_FILES_FOR_VALID or len(train) < 2:
+        if len(train) < 2:
             too_small.append(lang)
             logger.warning("%s has %d file(s): too few for a validation file, so there is no "
                            "valid_%s subset", lang, len(entries), lang)

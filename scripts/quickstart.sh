@@ -30,7 +30,9 @@ from ast_t5.data.loading import mixture_probabilities
 weights = json.load(open(sys.argv[1] + "/data_weights.json"))
 probs = mixture_probabilities(weights, float(sys.argv[2]))
 for lang in sorted(weights, key=lambda l: -weights[l]):
-    print(f"  {lang:<11} {weights[lang] * 100:6.2f}% of training tokens -> {probs[lang] * 100:6.2f}% of samples")
+    note = "" if lang in probs else "   (no training file: its files hashed into valid/test)"
+    print(f"  {lang:<11} {weights[lang] * 100:6.2f}% of training tokens -> "
+          f"{probs.get(lang, 0.0) * 100:6.2f}% of samples{note}")
 PY
 
 echo "== 2/3 pre-training config/pretrain/tiny.yaml for $UPDATES updates (CPU)"
