@@ -109,9 +109,9 @@ def test_workers_give_identical_output(code_corpus, tmp_path):
     assert tree_digest(tmp_path / "w1") == tree_digest(tmp_path / "w2")
 
 
-def test_resume_after_sigkill_gives_identical_output(tmp_path):
-    corpus = tmp_path / "corpus"
-    shutil.copytree(os.path.join(STDLIB, "email"), corpus, ignore=shutil.ignore_patterns("__pycache__"))
+def assert_sigkill_then_rerun_matches(corpus, tmp_path):
+    """Run ``corpus`` in 6 shards once uninterrupted; run it again, kill -9 it once the second
+    shard is complete, rerun the same command: the output must be byte-identical."""
     args = [sys.executable, "-m", "ast_t5_preprocess", "run", str(corpus), *SMALL, "--num-shards", "6"]
     subprocess.run(args + ["-o", str(tmp_path / "ref")], check=True, capture_output=True)
     out = tmp_path / "killed"
@@ -124,6 +124,12 @@ def test_resume_after_sigkill_gives_identical_output(tmp_path):
     assert not os.path.exists(out / "manifest.json"), "killed too late to test resuming"
     subprocess.run(args + ["-o", str(out)], check=True, capture_output=True)
     assert tree_digest(out) == tree_digest(tmp_path / "ref")
+
+
+def test_resume_after_sigkill_gives_identical_output(tmp_path):
+    corpus = tmp_path / "corpus"
+    shutil.copytree(os.path.join(STDLIB, "email"), corpus, ignore=shutil.ignore_patterns("__pycache__"))
+    assert_sigkill_then_rerun_matches(corpus, tmp_path)
 
 
 def test_fuzz_random_and_pathological_files(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 from ast_t5_preprocess.cli import main
 
 from ..conftest import STDLIB, STDLIB_FILES
-from .test_cli import SMALL, run_cli, tree_digest
+from .test_cli import SMALL, assert_sigkill_then_rerun_matches, run_cli
 from .test_readers import stack_table, write_parquet
 
 
@@ -95,18 +95,7 @@ def test_resume_after_sigkill_on_parquet_and_zst(tmp_path):
     rows = [(open(f, encoding="utf-8").read(), "email/" + os.path.basename(f), "Python") for f in files]
     write_parquet(corpus / "a.parquet", stack_table(rows[::2]), row_group_size=3)
     jsonl_zst(corpus / "b.jsonl.zst", rows[1::2])
-    args = [sys.executable, "-m", "ast_t5_preprocess", "run", str(corpus), *SMALL, "--num-shards", "6"]
-    subprocess.run(args + ["-o", str(tmp_path / "ref")], check=True, capture_output=True)
-    out = tmp_path / "killed"
-    proc = subprocess.Popen(args + ["-o", str(out)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.time() + 120
-    while time.time() < deadline and not os.path.exists(out / "shards" / "shard-00001-of-00006" / "shard.json"):
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
-    assert not os.path.exists(out / "manifest.json"), "killed too late to test resuming"
-    subprocess.run(args + ["-o", str(out)], check=True, capture_output=True)
-    assert tree_digest(out) == tree_digest(tmp_path / "ref")
+    assert_sigkill_then_rerun_matches(corpus, tmp_path)
 
 
 def test_ctrl_c_is_one_line_and_leaves_no_temporary_shard(tmp_path):
