@@ -119,7 +119,19 @@ def _benchmark_digests(specs):
     return out
 
 
-def fingerprint(args, tok: Tokenizer, options) -> str:
+def shard_assignment(args):
+    """Which record units each shard reads (units.Assignment), None for an unsharded run."""
+    if args.num_shards <= 1:
+        return None
+    from .units import Assignment
+
+    inputs, excludes = resolve_inputs(args)
+    return Assignment.of(inputs, args.language, excludes, args.num_shards)
+
+
+def fingerprint(args, tok: Tokenizer, options, assignment=None) -> str:
+    """What a shard was made with; a sharded run adds its assignment (scheme and every unit's
+    size and shard, see units.py), so shards of another assignment are refused, never mixed."""
     inputs, excludes = resolve_inputs(args)
     bench = _benchmark_digests(args.exclude_benchmark)
     state = dict(inputs=[os.path.abspath(i) for i in inputs], excludes=list(excludes),
@@ -127,6 +139,8 @@ def fingerprint(args, tok: Tokenizer, options) -> str:
                  language=args.language, num_shards=args.num_shards, options=_jsonable(options),
                  spm=tok.sha256, num_sentinels=tok.num_sentinels, dedup=not args.no_dedup,
                  benchmarks=bench, version=package_version())
+    if args.num_shards > 1:
+        state["assignment"] = (assignment or shard_assignment(args)).digest()
     return hashlib.sha256(json.dumps(state, sort_keys=True).encode()).hexdigest()
 
 
@@ -215,7 +229,8 @@ def _run(args) -> None:
         return
     options = options_from_args(args)
     tok = prepare_tokenizer(args)
-    fp = fingerprint(args, tok, options)
+    assignment = shard_assignment(args)
+    fp = fingerprint(args, tok, options, assignment)
     inputs, excludes = resolve_inputs(args)
     decon = Decontaminator(load_benchmarks(args.exclude_benchmark)) if args.exclude_benchmark else None
     ctx_args = (os.path.join(args.output, "spm.model"), tok.num_sentinels, options, decon)
@@ -224,7 +239,8 @@ def _run(args) -> None:
     for sid in shard_ids:
         run_shard(inputs, args.language, args.output, sid, args.num_shards, ctx_args, args.workers,
                   fp, progress=not args.no_progress, exclude_dirs=excludes,
-                  columns=reader_columns(args), log_interval=getattr(args, "log_interval", 60.0))
+                  columns=reader_columns(args), log_interval=getattr(args, "log_interval", 60.0),
+                  assignment=assignment)
     logger.info("processed %d shard(s) in %.1fs", len(shard_ids), time.time() - t0)
     if args.shard_id is not None:
         left = missing_shards(args.output, args.num_shards)

@@ -38,6 +38,7 @@ class Document:
     skip: Optional[str] = None  # a reason already known when the document was found
     origin: str = ""  # where it was read: a file path, "file.jsonl:LINE" or "file.parquet#ROW"
     src_bytes: int = 0  # bytes of the input files this document accounts for (progress, plan)
+    unit: Optional[str] = None  # the record-file unit it was read from (units.Unit.id), if any
 
     @property
     def where(self) -> str:
@@ -58,22 +59,27 @@ def stable_hash(key: str) -> int:
 
 
 def iter_documents(inputs: Sequence[str], language: Optional[str] = None,
-                   exclude_dirs: Sequence[str] = (), columns: Optional[Columns] = None) -> Iterator[Document]:
+                   exclude_dirs: Sequence[str] = (), columns: Optional[Columns] = None,
+                   select=None) -> Iterator[Document]:
     """Documents of every input path, in a deterministic order.
 
     ``exclude_dirs`` names folders (by base name) not to descend into, e.g. ``site-packages``.
     ``columns`` names the content/path/language columns of record files (default: The Stack's).
+    ``select`` (a :class:`units.Selection`) keeps one shard's part: source files whose key it
+    wants, and only its units of record files (the others are never opened).
     """
     columns = columns or Columns()
     for inp in inputs:
         if os.path.isdir(inp):
             if is_arrow_dataset(inp):
-                yield from iter_arrow_dataset(inp, language, columns)
+                yield from iter_arrow_dataset(inp, language, columns, select)
             else:
-                yield from _iter_directory(inp, language, frozenset(exclude_dirs), columns)
+                yield from _iter_directory(inp, language, frozenset(exclude_dirs), columns, select)
         elif os.path.lexists(inp):
             if is_record_file(inp):
-                yield from iter_record_file(inp, language, columns)
+                yield from iter_record_file(inp, language, columns, select)
+            elif select is not None and not select.doc(os.path.basename(inp)):
+                continue
             else:
                 size, skip = regular_file_size(inp)
                 yield Document(os.path.basename(inp), language or language_from_path(inp),
@@ -82,9 +88,13 @@ def iter_documents(inputs: Sequence[str], language: Optional[str] = None,
             raise FileNotFoundError(f"input not found: {inp}")
 
 
-def iter_record_file(path: str, language: Optional[str], columns: Columns) -> Iterator[Document]:
+def iter_record_file(path: str, language: Optional[str], columns: Columns, select=None) -> Iterator[Document]:
+    """Documents of a record file; with ``select``, only the units of that shard."""
+    parts = "all" if select is None else select.parts(path)
+    if parts is None:  # no unit of this file belongs to the shard: not even opened
+        return iter(())
     if path.endswith(".parquet"):
-        return iter_parquet(path, language, columns)
+        return iter_parquet(path, language, columns, row_groups=None if parts == "all" else parts)
     return iter_jsonl(path, language, columns)
 
 
@@ -112,25 +122,29 @@ def _walk(root: str, language: Optional[str], exclude):
             yield "arrow", os.path.join(dirpath, d), None
 
 
-def _iter_directory(root: str, language: Optional[str], exclude, columns: Columns) -> Iterator[Document]:
+def _iter_directory(root: str, language: Optional[str], exclude, columns: Columns,
+                    select=None) -> Iterator[Document]:
     base = os.path.basename(os.path.normpath(os.path.abspath(root)))
     for kind, path, lang in _walk(root, language, exclude):
         if kind == "records":
-            yield from iter_record_file(path, language, columns)
-        elif kind == "arrow":
-            yield from iter_arrow_dataset(path, language, columns)
-        elif kind == "unknown":
-            rel = os.path.relpath(path, root).replace(os.sep, "/")
+            yield from iter_record_file(path, language, columns, select)
+            continue
+        if kind == "arrow":
+            yield from iter_arrow_dataset(path, language, columns, select)
+            continue
+        rel = os.path.relpath(path, root).replace(os.sep, "/")
+        if select is not None and not select.doc(f"{base}/{rel}"):
+            continue
+        if kind == "unknown":
             yield Document(f"{base}/{rel}", None, skip="unknown_extension", origin=path)
         else:
-            rel = os.path.relpath(path, root).replace(os.sep, "/")
             size, skip = regular_file_size(path)  # dangling/looping symlink, FIFO, device: skipped
             yield Document(f"{base}/{rel}", lang, file_path=path, skip=skip, origin=path, src_bytes=size)
 
 
 def input_bytes(inputs: Sequence[str], language: Optional[str] = None, exclude_dirs: Sequence[str] = ()) -> int:
-    """Total size of the files :func:`iter_documents` reads (compressed sizes for record files);
-    only stats files, so it is cheap next to reading them."""
+    """Total size of the files :func:`iter_documents` reads (compressed sizes for record files;
+    files of unknown extension are never read, so not counted); only stats files."""
     from .readers import arrow_files
 
     total = 0
@@ -139,6 +153,8 @@ def input_bytes(inputs: Sequence[str], language: Optional[str] = None, exclude_d
             entries = ([("arrow", inp, None)] if is_arrow_dataset(inp)
                        else _walk(inp, language, frozenset(exclude_dirs)))
             for kind, path, _ in entries:
+                if kind == "unknown":
+                    continue
                 paths = arrow_files(path) if kind == "arrow" else [path]
                 total += sum(regular_file_size(p)[0] for p in paths)
         else:

@@ -1,8 +1,9 @@
 """Progress of a shard: a bar on a terminal, a log line every N seconds otherwise.
 
 Progress is measured in bytes of the input files read so far (compressed bytes for ``.gz``,
-``.zst`` and Parquet), against the total size of the inputs, so the ETA holds for any format and
-for a shard that reads every input but keeps only its own documents.
+``.zst`` and Parquet), against the bytes the job will read (for a shard: its own record-file
+units plus an even share of the source files, see shards.shard_input_bytes), so the ETA holds
+for any format.
 """
 import logging
 import sys

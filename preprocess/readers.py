@@ -210,7 +210,14 @@ class _ZstdFrames(io.RawIOBase):
 
 
 def iter_jsonl(path: str, language: Optional[str], columns: Columns) -> Iterator:
-    """Documents of a JSONL file (plain, ``.gz`` or ``.zst``), one per line, streamed."""
+    """Documents of a JSONL file (plain, ``.gz`` or ``.zst``), one per line, streamed; the file
+    is one shard unit (see units.py)."""
+    for doc in _iter_jsonl(path, language, columns):
+        doc.unit = path
+        yield doc
+
+
+def _iter_jsonl(path: str, language: Optional[str], columns: Columns) -> Iterator:
     from .inputs import Document
 
     name = os.path.basename(path)
@@ -267,33 +274,48 @@ def _size(path: str) -> int:
     return regular_file_size(path)[0]
 
 
-def iter_parquet(path: str, language: Optional[str], columns: Columns) -> Iterator:
+def iter_parquet(path: str, language: Optional[str], columns: Columns,
+                 row_groups: Optional[Sequence[int]] = None) -> Iterator:
     """Documents of a Parquet file, decoded ``BATCH_ROWS`` rows at a time, row group by row
-    group, reading only the content, path and language columns."""
+    group, reading only the content, path and language columns.
+
+    ``row_groups`` (default: all) are the groups to read, each a shard unit (see units.py):
+    the pages of the other groups are neither read nor decompressed. A damaged row group is
+    one ``corrupt_stream`` document (the rows before the damage kept); the next group is read.
+    """
     import pyarrow.parquet as pq
 
     from .inputs import Document
+    from .units import parquet_row_group_sizes, unit_id
 
     name = os.path.basename(path)
     raw, reason = open_regular(path)
     if raw is None:
-        yield Document(name, None, file_path=path, skip=reason, origin=path)
+        yield Document(name, None, file_path=path, skip=reason, origin=path, unit=path)
         return
     size = _size(path)
     with raw:
         try:
             pf = pq.ParquetFile(raw, pre_buffer=False, buffer_size=1 << 20)
             names = pf.schema_arrow.names
-            total_rows = max(1, pf.metadata.num_rows)
+            md = pf.metadata
         except _stream_errors() as e:
             logger.warning("%s: not a readable Parquet file (%s)", path, str(e).splitlines()[0] if str(e) else e)
-            yield Document(name, None, file_path=path, skip="corrupt_stream", origin=path, src_bytes=size)
+            yield Document(name, None, file_path=path, skip="corrupt_stream", origin=path, src_bytes=size,
+                           unit=path)
             return
         content, path_col, lang_col = columns.pick(names, path)
         cols = [c for c in (content, path_col, lang_col) if c is not None]
-        batches = pf.iter_batches(batch_size=BATCH_ROWS, columns=cols, use_threads=False)
-        yield from _iter_batches(batches, path, name, language, cols, content, path_col, lang_col,
-                                 size, total_rows)
+        sizes = parquet_row_group_sizes(md, size)
+        starts = [0]
+        for k in range(md.num_row_groups):
+            starts.append(starts[-1] + md.row_group(k).num_rows)
+        for k in (range(md.num_row_groups) if row_groups is None else row_groups):
+            batches = pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[k], columns=cols, use_threads=False)
+            for doc in _iter_batches(batches, path, name, language, cols, content, path_col, lang_col,
+                                     sizes[k], max(1, md.row_group(k).num_rows), starts[k]):
+                doc.unit = unit_id(path, k)
+                yield doc
 
 
 def _iter_batches(batches, path, name, language, cols, content, path_col, lang_col, size,
@@ -329,33 +351,42 @@ def _iter_batches(batches, path, name, language, cols, content, path_col, lang_c
                        origin=f"{path}#{row}", src_bytes=max(0, size_offset + size - done_bytes))
 
 
-def iter_arrow_dataset(folder: str, language: Optional[str], columns: Columns) -> Iterator:
+def iter_arrow_dataset(folder: str, language: Optional[str], columns: Columns, select=None) -> Iterator:
     """Documents of a ``datasets.save_to_disk`` folder: its ``.arrow`` files (IPC streams) in
-    ``state.json`` order, one record batch in memory at a time."""
+    ``state.json`` order, one record batch in memory at a time. Each file is a shard unit;
+    with ``select`` (units.Selection), only that shard's files are opened."""
+    for path in arrow_files(folder):
+        if select is not None and select.parts(path) is None:
+            continue
+        for doc in _iter_arrow_file(folder, path, language, columns):
+            doc.unit = path
+            yield doc
+
+
+def _iter_arrow_file(folder: str, path: str, language: Optional[str], columns: Columns) -> Iterator:
     import pyarrow as pa
 
     from .inputs import Document
 
-    for path in arrow_files(folder):
-        name = f"{os.path.basename(os.path.normpath(folder))}/{os.path.basename(path)}"
-        raw, reason = open_regular(path)
-        if raw is None:
-            yield Document(name, None, file_path=path, skip=reason, origin=path)
-            continue
-        size = _size(path)
-        with raw:
-            try:
-                reader = pa.ipc.open_stream(raw)
-            except _stream_errors() as e:
-                logger.warning("%s: not an Arrow IPC stream (%s)", path, e)
-                yield Document(name, None, file_path=path, skip="corrupt_stream", origin=path,
-                               src_bytes=size)
-                continue
-            content, path_col, lang_col = columns.pick(reader.schema.names, path)
-            cols = [c for c in (content, path_col, lang_col) if c is not None]
-            # Rows are unknown until the stream is read: spread the file's bytes by batch.
-            yield from _iter_arrow_batches(reader, path, name, language, cols, content, path_col,
-                                           lang_col, raw, size)
+    name = f"{os.path.basename(os.path.normpath(folder))}/{os.path.basename(path)}"
+    raw, reason = open_regular(path)
+    if raw is None:
+        yield Document(name, None, file_path=path, skip=reason, origin=path)
+        return
+    size = _size(path)
+    with raw:
+        try:
+            reader = pa.ipc.open_stream(raw)
+        except _stream_errors() as e:
+            logger.warning("%s: not an Arrow IPC stream (%s)", path, e)
+            yield Document(name, None, file_path=path, skip="corrupt_stream", origin=path,
+                           src_bytes=size)
+            return
+        content, path_col, lang_col = columns.pick(reader.schema.names, path)
+        cols = [c for c in (content, path_col, lang_col) if c is not None]
+        # Rows are unknown until the stream is read: spread the file's bytes by batch.
+        yield from _iter_arrow_batches(reader, path, name, language, cols, content, path_col,
+                                       lang_col, raw, size)
 
 
 def _iter_arrow_batches(reader, path, name, language, cols, content, path_col, lang_col, raw, size):

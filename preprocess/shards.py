@@ -1,7 +1,9 @@
 """Run the pipeline over one shard of the corpus, and merge finished shards into the dataset.
 
-A document belongs to shard ``hash(key) % num_shards``, so shards can run independently (one per
-cluster job). Each shard is written to a temporary folder and renamed when complete; a rerun
+A source file of a directory belongs to shard ``hash(key) % num_shards``; record files (Parquet,
+JSONL, Arrow) are split into units (a Parquet row group, a JSONL file, an Arrow file) assigned by
+size (units.py), and a shard job opens and decompresses only its own units. Shards can run
+independently (one per cluster job). Each shard is written to a temporary folder and renamed when complete; a rerun
 skips complete shards, so a killed run finishes where it stopped and gives the same bytes as an
 uninterrupted one. Exact duplicates (same content hash) are dropped inside a shard while it runs
 and across shards when merging (the copy in the lowest shard, earliest in walk order, is kept).
@@ -48,14 +50,21 @@ def shard_of(key: str, num_shards: int) -> int:
 
 
 def shard_documents(inputs, language, shard_id: int, num_shards: int, exclude_dirs=(), columns=None,
-                    counter=None):
-    """The documents of one shard; ``counter`` (progress.InputCounter) sees every document."""
-    docs = iter_documents(inputs, language, exclude_dirs, columns)
+                    counter=None, assignment=None):
+    """The documents of one shard, reading only its units of record files; ``counter``
+    (progress.InputCounter) sees every document read. ``assignment`` (units.Assignment of the
+    same inputs and ``num_shards``) is listed from the inputs when not given."""
+    select = None
+    if num_shards > 1:
+        from .units import Assignment
+
+        if assignment is None:
+            assignment = Assignment.of(inputs, language, exclude_dirs, num_shards)
+        select = assignment.selection(shard_id)
+    docs = iter_documents(inputs, language, exclude_dirs, columns, select=select)
     if counter is not None:
         docs = counter.count(docs)
-    for doc in docs:
-        if num_shards == 1 or shard_of(doc.key, num_shards) == shard_id:
-            yield doc
+    yield from docs
 
 
 def _init_worker(ctx_args) -> None:
@@ -251,10 +260,12 @@ def record(stats: Dict[str, Counter], res: FileResult) -> None:
 
 def run_shard(inputs, language, out_dir: str, shard_id: int, num_shards: int, ctx_args,
               workers: int, fingerprint: str, progress: bool = True, exclude_dirs=(),
-              documents=None, columns=None, log_interval: float = 60.0) -> dict:
+              documents=None, columns=None, log_interval: float = 60.0, assignment=None) -> dict:
     """Process one shard if it is not complete yet; return its stats.
 
     ``documents`` replaces the walk of ``inputs`` (benchmarks and tests pass a fixed list).
+    ``assignment`` (units.Assignment) is which record units each shard reads; its digest must be
+    part of ``fingerprint`` (driver.fingerprint does it) so that shards never mix assignments.
     ``progress`` shows a bar on a terminal, else logs a line every ``log_interval`` seconds.
     """
     final = shard_dir(out_dir, shard_id, num_shards)
@@ -268,7 +279,7 @@ def run_shard(inputs, language, out_dir: str, shard_id: int, num_shards: int, ct
         shutil.rmtree(tmp, ignore_errors=True)
         os.makedirs(tmp)
         out = _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, fingerprint,
-                         progress, exclude_dirs, documents, columns, log_interval)
+                         progress, exclude_dirs, documents, columns, log_interval, assignment)
     except BaseException:  # Ctrl-C, a fatal error: leave no half-written shard behind
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -285,7 +296,7 @@ def remove_stale_temporaries(final: str) -> None:
 
 
 def _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, fingerprint,
-               progress, exclude_dirs, documents, columns, log_interval) -> dict:
+               progress, exclude_dirs, documents, columns, log_interval, assignment=None) -> dict:
     from .progress import InputCounter, Progress
 
     spm_model, num_sentinels = ctx_args[0], ctx_args[1]
@@ -299,8 +310,13 @@ def _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, f
     if documents is not None:
         docs, total = counter.count(documents), 0
     else:
-        docs = shard_documents(inputs, language, shard_id, num_shards, exclude_dirs, columns, counter)
-        total = input_bytes(inputs, language, exclude_dirs) if progress else 0
+        if num_shards > 1 and assignment is None:
+            from .units import Assignment
+
+            assignment = Assignment.of(inputs, language, exclude_dirs, num_shards)
+        docs = shard_documents(inputs, language, shard_id, num_shards, exclude_dirs, columns, counter,
+                               assignment)
+        total = shard_input_bytes(inputs, language, exclude_dirs, shard_id, assignment) if progress else 0
     bar = Progress(f"shard {shard_id + 1}/{num_shards}", total, counter, enabled=progress,
                    log_interval=log_interval)
     report = open(os.path.join(tmp, SKIPPED_FILE), "w", encoding="utf-8")
@@ -326,6 +342,16 @@ def _run_shard(inputs, language, tmp, shard_id, num_shards, ctx_args, workers, f
     return out
 
 
+def shard_input_bytes(inputs, language, exclude_dirs, shard_id: int, assignment=None) -> int:
+    """Bytes of input one shard job reads (the progress total): its record units, plus its share
+    of the source files (estimated as an even split: they are hashed one by one)."""
+    total = input_bytes(inputs, language, exclude_dirs)
+    if assignment is None or assignment.num_shards <= 1:
+        return total
+    source = max(0, total - sum(u.size for u in assignment.units))
+    return assignment.unit_bytes(shard_id) + source // assignment.num_shards
+
+
 def _load_complete(path: str, fingerprint: str) -> Optional[dict]:
     meta = os.path.join(path, "shard.json")
     if not os.path.exists(meta):
@@ -333,6 +359,7 @@ def _load_complete(path: str, fingerprint: str) -> Optional[dict]:
     with open(meta, encoding="utf-8") as f:
         done = json.load(f)
     if done.get("fingerprint") != fingerprint:
-        raise RuntimeError(f"{path} was made with other options or inputs; "
-                           "use another --output directory or --overwrite")
+        raise RuntimeError(f"{path} was made with other options, inputs or shard assignment "
+                           "(input sizes, or an older version's scheme); use another --output "
+                           "directory or --overwrite")
     return done
