@@ -9,7 +9,8 @@
 Columns default to The Stack's: ``content``, ``max_stars_repo_path`` (or ``path``) and ``lang``
 (or ``language``); :class:`Columns` overrides them. A record file that cannot be read at all, or
 whose compressed stream is cut short, is not an error: the records before the damage are kept and
-the rest is yielded as one skipped :class:`~.inputs.Document` (reason ``corrupt_stream``). Only a
+the rest (of the file; of the row group for Parquet, whose other row groups are still read) is
+yielded as one skipped :class:`~.inputs.Document` (reason ``corrupt_stream``). Only a
 file that lacks a content column stops the run, with :class:`CorpusFormatError` naming what is
 missing, since no file of that corpus could be used.
 
@@ -313,13 +314,14 @@ def iter_parquet(path: str, language: Optional[str], columns: Columns,
         for k in (range(md.num_row_groups) if row_groups is None else row_groups):
             batches = pf.iter_batches(batch_size=BATCH_ROWS, row_groups=[k], columns=cols, use_threads=False)
             for doc in _iter_batches(batches, path, name, language, cols, content, path_col, lang_col,
-                                     sizes[k], max(1, md.row_group(k).num_rows), starts[k]):
+                                     sizes[k], max(1, md.row_group(k).num_rows), starts[k],
+                                     part="row group"):
                 doc.unit = unit_id(path, k)
                 yield doc
 
 
 def _iter_batches(batches, path, name, language, cols, content, path_col, lang_col, size,
-                  total_rows, row_offset=0, size_offset=0):
+                  total_rows, row_offset=0, size_offset=0, part="file"):
     """Documents of record batches (shared by Parquet and Arrow); catches a damaged stream."""
     from .inputs import Document
 
@@ -345,8 +347,8 @@ def _iter_batches(batches, path, name, language, cols, content, path_col, lang_c
                                skip=None if lang else "unknown_language", src_bytes=src)
             del values
     except _stream_errors() as e:
-        logger.warning("%s: damaged after row %d (%s); the rest of the file is skipped",
-                       path, row, str(e).splitlines()[0] if str(e) else type(e).__name__)
+        logger.warning("%s: damaged after row %d (%s); the rest of the %s is skipped",
+                       path, row, str(e).splitlines()[0] if str(e) else type(e).__name__, part)
         yield Document(f"{name}#{row}-", None, file_path=path, skip="corrupt_stream",
                        origin=f"{path}#{row}", src_bytes=max(0, size_offset + size - done_bytes))
 
