@@ -16,6 +16,10 @@
 # Restart: a killed or failed array task leaves no partial shard; resubmit the same command
 # (complete shards are skipped, the output is byte-identical), or `sbatch --array=<ids>` the
 # missing ones. PLAN=1 first prints `ast-t5-preprocess plan`: the bytes each shard will process.
+# Each array task opens and decompresses only its own units of the record files (Parquet row
+# groups, .jsonl* files, Arrow files, placed by size) and its share of the source files (by path
+# hash): N tasks decompress the corpus once in all. Do not change the input files between the
+# tasks: their sizes are part of the assignment, and shards of another assignment are refused.
 set -euo pipefail
 OUT=$1; NUM_SHARDS=$2; shift 2
 INPUTS=("$@")
@@ -25,7 +29,7 @@ IN=${INPUT_ARGS:-}; SPM=${SPM_ARGS:-}; RUN=${RUN_ARGS:-}
 mkdir -p "$OUT" logs
 q() { printf '%q ' "$@"; }
 
-if [[ ${PLAN:-0} == 1 ]]; then  # streams record files once: cheap for folders of source files
+if [[ ${PLAN:-0} == 1 ]]; then  # streams record files once (units per shard, input MB per task)
     ast-t5-preprocess plan $(q "${INPUTS[@]}") --num-shards "$NUM_SHARDS" $IN
 fi
 
