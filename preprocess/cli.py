@@ -140,7 +140,7 @@ def _add_plan_parser(sub) -> None:
     _add_input_args(plan, output=False)
     plan.add_argument("--num-shards", type=int, default=1, help="number of shards (1)")
     plan.add_argument("--assignment", metavar="FILE", help="also write one JSON line per document "
-                      "(shard, key, bytes, where) to FILE")
+                      "(shard, key, bytes, where, unit: the record-file unit it is read from) to FILE")
 
 
 def parse_args(parser: argparse.ArgumentParser, argv=None):
