@@ -96,7 +96,6 @@ def test_damage_in_another_shards_unit_is_counted_only_by_its_owner(tmp_path, mo
     full = list(iter_documents([str(corpus)]))
     damaged = {d.unit for d in full if d.skip == "corrupt_stream"}
     assert damaged == {f"{corpus / 'a.parquet'}#rowgroup=2", str(corpus / "b.jsonl.zst")}
-    assignment = Assignment.of([str(corpus)], num_shards=3)
     for num_shards in (2, 3):
         assignment = Assignment.of([str(corpus)], num_shards=num_shards)
         owner = {unit: assignment.by_id[unit] for unit in damaged}
