@@ -11,7 +11,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 from fairseq.data import Dictionary
 
 from ast_t5.models import AstT5Model
@@ -233,3 +232,15 @@ def test_liger_refuses_cpu_inputs_on_a_cuda_host():
     with pytest.raises(RuntimeError, match="CUDA only .input on cpu.*fused_norm_ffn=eager"):
         src, prev = _batch()
         model(src, None, prev)
+
+
+def test_bench_model_norm_ffn_needs_cuda():
+    import os
+    import sys
+
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import bench_model
+
+    assert bench_model.parse_args(["--norm-ffn", "--norm-ffn-compile"]).norm_ffn_compile
+    if not torch.cuda.is_available():
+        assert bench_model.main(["--norm-ffn"]) == 2  # usage error: the kernels are CUDA only
