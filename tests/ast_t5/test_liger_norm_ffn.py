@@ -242,5 +242,17 @@ def test_bench_model_norm_ffn_needs_cuda():
     import bench_model
 
     assert bench_model.parse_args(["--norm-ffn", "--norm-ffn-compile"]).norm_ffn_compile
-    if not torch.cuda.is_available():
+    if torch.cuda.is_available():
+        return
+    import logging
+
+    root = logging.getLogger()
+    handlers, level = root.handlers[:], root.level
+    levels = {n: logging.getLogger(n).level for n in ("ast_t5", "fused_ops", "transformers")}
+    try:  # main() configures logging for a script; put it back afterwards
         assert bench_model.main(["--norm-ffn"]) == 2  # usage error: the kernels are CUDA only
+    finally:
+        root.handlers[:] = handlers
+        root.setLevel(level)
+        for name, lvl in levels.items():
+            logging.getLogger(name).setLevel(lvl)
