@@ -236,14 +236,15 @@ def host_source_tokens(sample) -> int:
 
 
 def write_audit_record(folder: str, sample, model, update_num: int) -> None:
-    """Append {update, ids, checksum} for this rank; the checksum is order-sensitive."""
+    """Append {update, ids, checksum} for this rank; the checksum is order-sensitive. The
+    checksum is read back to the host (an opt-in audit, one sync per batch by design)."""
     import torch
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     with torch.no_grad():
         flat = torch.cat([p.detach().double().flatten() for p in model.parameters()])
-        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64) / flat.numel()
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device) / flat.numel()
         checksum = [float(flat.sum()), float((flat * weights).sum())]
     ids = host_ids(sample).tolist() if sample and "id" in sample else []
     os.makedirs(folder, exist_ok=True)
