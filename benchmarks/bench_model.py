@@ -274,9 +274,15 @@ def gpu_norm_ffn(args) -> None:
                 "model.fused_norm_ffn (RMSNorm + gated GELU), median of %d repeats x %d steps",
                 torch.cuda.get_device_name(), torch.__version__, shape.batch, shape.src_len, shape.tgt_len,
                 args.repeats, args.gpu_steps)
-    for name in steps:
-        logger.info("norm/ffn %-15s %.1f ms/step (repeats: %s)", name, median[name] * 1e3,
-                    ", ".join(f"{t * 1e3:.1f}" for t in raw[name]))
+    for name, step in steps.items():
+        torch.cuda.synchronize()
+        resident = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        extra = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        logger.info("norm/ffn %-15s %.1f ms/step, step peak memory above the resident models %.2f GiB "
+                    "(repeats: %s)", name, median[name] * 1e3, extra, ", ".join(f"{t * 1e3:.1f}" for t in raw[name]))
     for suffix in ("", " compiled"):
         if "eager" + suffix in median and "liger" + suffix in median:
             logger.info("norm/ffn speed-up liger/eager%s: %.3fx (> 1: liger faster)", suffix,

@@ -144,3 +144,13 @@ def test_the_counter_sees_a_host_read(task_dir, monkeypatch):
     torch.ones(3)[mask[0]]
     reads.active = False
     assert [c.split(" at ")[0] for c in reads.calls] == ["__bool__", "nonzero", "boolean-mask indexing"]
+
+
+def test_subset_sample_keeps_the_host_copies_in_step():
+    from ast_t5.tasks import token_budget
+
+    sample = _sample()
+    keep = np.array([True, False, True, False])
+    sub = token_budget.subset_sample(sample, keep, pad=1)
+    assert sub["host"]["id"].tolist() == [0, 2] == sub["id"].tolist()
+    assert sub["host"]["src_lengths"].tolist() == sub["net_input"]["src_lengths"].tolist() == [30, 22]
