@@ -2,6 +2,8 @@
 
     python benchmarks/bench_model.py                 # CPU fp32 comparison (about 1-2 minutes)
     python benchmarks/bench_model.py --device cuda   # + T5-base bf16 step, MFU, memory, fused softmax
+    python benchmarks/bench_model.py --device cuda --skip-cpu --norm-ffn   # only eager vs liger
+                                     # RMSNorm / gated GELU (model.fused_norm_ffn); + --norm-ffn-compile
 
 Both models have identical shapes and weights (ours converted with hf_conversion), the same
 batch, loss (token cross-entropy, pad ignored), optimizer (torch AdamW) and dropout. Measurements
@@ -240,6 +242,53 @@ def gpu_softmax_dropout(args) -> None:
                 (exact[0] - exact[1]).abs().max().item())
 
 
+def gpu_norm_ffn(args) -> None:
+    """T5-base bf16 step with model.fused_norm_ffn eager vs liger (same weights, same batch), eager
+    mode; with --norm-ffn-compile also both under model.compile (inductor fuses the eager ops)."""
+    from ast_t5.models import AstT5Model
+    from ast_t5.modules.liger_norm_ffn import liger_unavailable_reason
+
+    device = torch.device("cuda")
+    why = liger_unavailable_reason("t5_v11", device)
+    if why:
+        logger.warning("norm/ffn comparison skipped: %s", why)
+        return
+    shape = Shape(32128, args.gpu_batch, args.gpu_src_len, args.gpu_tgt_len)
+    batch = make_batch(shape, device)
+    base = AstT5Model.from_dictionary(make_dictionary(shape.vocab), arch="t5_v11_base", attention_backend="sdpa",
+                                      fused_norm_ffn="eager")
+    variants = [("eager", False), ("liger", False)]
+    if args.norm_ffn_compile:
+        variants += [("eager", True), ("liger", True)]
+    models = {}
+    for impl, compiled in variants:
+        cfg = dataclasses.replace(base.cfg, fused_norm_ffn=impl, compile=compiled)
+        model = AstT5Model.build(cfg, base.encoder.dictionary)
+        model.load_state_dict(base.state_dict())
+        models[f"{impl}{' compiled' if compiled else ''}"] = model.to(device).train()
+    steps = {name: make_step(m, ours_logits, batch, torch.bfloat16) for name, m in models.items()}
+    for step in steps.values():  # compile (when asked) outside the timed repeats
+        step()
+    median, raw = interleaved(steps, args.gpu_steps, args.repeats, args.warmup, device)
+    logger.info("GPU %s, torch %s; T5-base sdpa bf16 autocast + AdamW, batch %d x src %d / tgt %d; "
+                "model.fused_norm_ffn (RMSNorm + gated GELU), median of %d repeats x %d steps",
+                torch.cuda.get_device_name(), torch.__version__, shape.batch, shape.src_len, shape.tgt_len,
+                args.repeats, args.gpu_steps)
+    for name, step in steps.items():
+        torch.cuda.synchronize()
+        resident = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        step()
+        torch.cuda.synchronize()
+        extra = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        logger.info("norm/ffn %-15s %.1f ms/step, step peak memory above the resident models %.2f GiB "
+                    "(repeats: %s)", name, median[name] * 1e3, extra, ", ".join(f"{t * 1e3:.1f}" for t in raw[name]))
+    for suffix in ("", " compiled"):
+        if "eager" + suffix in median and "liger" + suffix in median:
+            logger.info("norm/ffn speed-up liger/eager%s: %.3fx (> 1: liger faster)", suffix,
+                        median["eager" + suffix] / median["liger" + suffix])
+
+
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="cuda also runs the CPU part first")
@@ -264,6 +313,10 @@ def parse_args(argv=None):
     p.add_argument("--peak-tflops", type=float, default=0.0, help="override the GPU's peak bf16 TFLOP/s")
     p.add_argument("--sm-batch", type=int, default=16)
     p.add_argument("--sm-heads", type=int, default=16)
+    p.add_argument("--norm-ffn", action="store_true",
+                   help="with --device cuda: only the eager vs liger RMSNorm / gated GELU comparison")
+    p.add_argument("--norm-ffn-compile", action="store_true",
+                   help="with --norm-ffn: also both under model.compile (adds a few minutes of compilation)")
     return p.parse_args(argv)
 
 
@@ -276,6 +329,12 @@ def main(argv=None) -> int:
         logger.error("--device cuda: no CUDA device available")
         return 1
     torch.manual_seed(0)
+    if args.norm_ffn:
+        if args.device != "cuda":
+            logger.error("--norm-ffn needs --device cuda (liger's kernels are CUDA only)")
+            return 2
+        gpu_norm_ffn(args)
+        return 0
     if not (args.device == "cuda" and args.skip_cpu):
         cpu_comparison(args)
     if args.device == "cuda":

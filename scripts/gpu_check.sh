@@ -14,6 +14,7 @@
 #   3. bench_train.py --device cuda --profile (trainer vs HF, time budget,
 #      host syncs per update)                                              -> bench_train.log, train.json
 #   4. bench_model.py --device cuda --skip-cpu (model step, fused softmax) -> bench_model.log
+#      and --norm-ffn (eager vs liger RMSNorm / gated GELU, ~30 s)          -> bench_model.log
 #   5. bench_attention.py --device cuda (when the file exists)            -> attention.log, attention.json
 #   6. the whole suite except the CUDA tests already run                   -> tests.log (appended)
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures.
@@ -60,6 +61,7 @@ run build 120 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext 
 run cuda_tests 90 tests.log "$PY" -m pytest -q -m cuda -rs tests
 run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$OUTDIR/train.json"
 run bench_model 90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu
+run norm_ffn 45 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu --norm-ffn --gpu-steps 5 --repeats 5
 if [ -f benchmarks/bench_attention.py ]; then
   run bench_attention 90 attention.log "$PY" benchmarks/bench_attention.py --device cuda --json "$OUTDIR/attention.json"
 fi

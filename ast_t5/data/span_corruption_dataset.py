@@ -96,14 +96,19 @@ def collate_seq2seq(samples, pad: int, eos: int):
     tgt = data_utils.collate_tokens([s["target"] for s in samples], pad, eos, left_pad=False)
     prev = data_utils.collate_tokens([s["target"] for s in samples], pad, eos, left_pad=False,
                                      move_eos_to_beginning=True)
+    ids = [s["id"] for s in samples]
+    src_lengths = [len(s["source"]) for s in samples]
     return {
-        "id": torch.tensor([s["id"] for s in samples], dtype=torch.long),
+        "id": torch.tensor(ids, dtype=torch.long),
         "nsentences": len(samples),
         "ntokens": sum(len(s["target"]) for s in samples),
         "net_input": {
             "src_tokens": src,
-            "src_lengths": torch.tensor([len(s["source"]) for s in samples], dtype=torch.long),
+            "src_lengths": torch.tensor(src_lengths, dtype=torch.long),
             "prev_output_tokens": prev,
         },
         "target": tgt,
+        # numpy copies that fairseq never moves to the GPU: the task reads them inside an update
+        # (token budget, audit log) without a device-to-host copy
+        "host": {"id": np.asarray(ids, dtype=np.int64), "src_lengths": np.asarray(src_lengths, dtype=np.int64)},
     }

@@ -29,6 +29,8 @@ import torch.nn.functional as F
 from fairseq.models import FairseqEncoderDecoderModel, register_model
 
 import fused_ops
+from ast_t5.modules import FeedForward, RMSNorm
+from ast_t5.modules.liger_norm_ffn import resolve_fused_norm_ffn
 
 from .config import AstT5Config, config_from, structure
 from .initialization import initialize_weights
@@ -95,6 +97,7 @@ class AstT5Model(FairseqEncoderDecoderModel):
         decoder = T5Decoder(cfg, dictionary, embed_tokens)
         model = cls(cfg, encoder, decoder)
         initialize_weights(model, str(cfg.family), cfg.embed_dim, cfg.init_factor)
+        model.set_norm_ffn_impl(resolve_fused_norm_ffn(cfg.fused_norm_ffn, str(cfg.family)))
         if str(cfg.attention_backend) == "fused":
             ok, reason = fused_ops.fused_backend_status()
             if not ok:  # not an error yet: a CPU machine may build the model only to convert it
@@ -114,6 +117,19 @@ class AstT5Model(FairseqEncoderDecoderModel):
         if unknown:
             raise ValueError(f"unknown AstT5Config fields: {sorted(unknown)}")
         return cls.build(config_from(AstT5Config(**values)), dictionary)
+
+    def set_norm_ffn_impl(self, impl: str) -> int:
+        """Run every RMSNorm and gated feed-forward block with ``impl`` ("eager" or "liger"; see
+        liger_norm_ffn.py). Parameters are untouched. Returns the number of modules switched."""
+        if impl not in ("eager", "liger"):
+            raise ValueError(f"norm/ffn implementation must be 'eager' or 'liger', got {impl!r}")
+        switched = 0
+        for module in self.modules():
+            if isinstance(module, RMSNorm) or (isinstance(module, FeedForward) and module.gated):
+                module.impl = impl
+                switched += 1
+        self.norm_ffn_impl = impl
+        return switched
 
     def num_parameters(self, include_embeddings: bool = True) -> int:
         """Parameter count; without embeddings leaves out the token table and the output head."""

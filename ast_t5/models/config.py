@@ -17,12 +17,14 @@ from typing import NamedTuple, Optional
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
 
 from ast_t5.modules.attention_backends import ATTENTION_BACKENDS
+from ast_t5.modules.liger_norm_ffn import FUSED_NORM_FFN_CHOICES
 
 from .presets import ARCH_PRESETS
 
 FAMILIES = ("ast_t5_paper", "t5_v11")
 FamilyChoice = ChoiceEnum(list(FAMILIES))
 AttentionBackendChoice = ChoiceEnum(list(ATTENTION_BACKENDS))
+FusedNormFfnChoice = ChoiceEnum(list(FUSED_NORM_FFN_CHOICES))
 MIN_REL_POS_BUCKETS = 4  # bidirectional tables split in halves, each with exact and log buckets
 DEFAULT_ARCH = "t5_v11_base"  # sizes of a model configured as plain model._name=ast_t5
 
@@ -79,6 +81,10 @@ class AstT5Config(FairseqDataclass):
     attention_backend: AttentionBackendChoice = field(
         default="auto", metadata={"help": "attention implementation: " + ", ".join(ATTENTION_BACKENDS)
                                   + " (auto follows attention_backends.AUTO_TABLE and logs each choice once)"})
+    fused_norm_ffn: FusedNormFfnChoice = field(
+        default="auto", metadata={"help": "RMSNorm and gated GELU (t5_v11): eager (PyTorch ops), liger "
+                                  "(liger-kernel's Triton kernels, CUDA, the [gpu] extra; same parameters) "
+                                  "or auto (eager until a GPU measurement says otherwise)"})
     checkpoint_activations: bool = field(
         default=False, metadata={"help": "recompute each layer's activations in backward (saves memory)"})
     init_factor: float = field(default=1.0, metadata={"help": "multiplier of every initialization std"})
@@ -112,7 +118,7 @@ def config_from(source) -> AstT5Config:
     for f in fields(AstT5Config):
         value = source.get(f.name, None) if hasattr(source, "get") else getattr(source, f.name, None)
         if value is not None:
-            values[f.name] = str(value) if f.name in ("family", "attention_backend") else value
+            values[f.name] = str(value) if f.name in ("family", "attention_backend", "fused_norm_ffn") else value
     for name, value in ARCH_PRESETS[DEFAULT_ARCH].items():
         values.setdefault(name, value)
     cfg = AstT5Config(**values)
@@ -126,6 +132,8 @@ def validate(cfg: AstT5Config) -> None:
         raise ValueError(f"model.family must be one of {FAMILIES}, got {cfg.family!r}")
     if str(cfg.attention_backend) not in ATTENTION_BACKENDS:
         raise ValueError(f"model.attention_backend must be one of {ATTENTION_BACKENDS}, got {cfg.attention_backend!r}")
+    if str(cfg.fused_norm_ffn) not in FUSED_NORM_FFN_CHOICES:
+        raise ValueError(f"model.fused_norm_ffn must be one of {FUSED_NORM_FFN_CHOICES}, got {cfg.fused_norm_ffn!r}")
     for name in ("embed_dim", "ffn_dim", "num_heads", "encoder_layers", "decoder_layers",
                  "max_source_positions", "max_target_positions"):
         if getattr(cfg, name) < 1:

@@ -47,10 +47,14 @@ def _check_length(length: int, limit: int, what: str) -> None:
 
 
 def _mask_if_any(mask: Tensor) -> Optional[Tensor]:
-    """The padding mask, or None when nothing is padded (lets SDPA take mask-free kernels). Under
-    torch.compile the mask is always kept: testing it reads a value back to the host and splits
-    the compiled graph (model.compile pads lengths to buckets, so batches have padding anyway)."""
-    if torch.compiler.is_compiling():
+    """The padding mask, or None when nothing is padded (lets SDPA take mask-free kernels).
+
+    Testing the mask reads a value back to the host, which on a GPU waits for every queued
+    kernel. So it is only tested without gradients (validation, generation, export); a training
+    forward (gradients on) and a compiled one always keep the mask, which gives the same result:
+    no host sync inside an update, and no graph split under torch.compile (model.compile pads
+    lengths to buckets, so batches have padding anyway)."""
+    if torch.compiler.is_compiling() or torch.is_grad_enabled():
         return mask
     return mask if mask.any() else None
 

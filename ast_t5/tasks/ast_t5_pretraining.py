@@ -189,7 +189,7 @@ class AstT5PretrainingTask(SharedVocabTask):
                 logger.info("resumed token budget at update %d: %d of %d tokens", update_num,
                             budget.tokens, budget.budget)
         has_items = bool(sample) and "id" in sample and not ignore_grad and not budget.done
-        sizes = self.datasets["train"].sizes[sample["id"].cpu().numpy()] if has_items else np.zeros(0, np.int64)
+        sizes = self.datasets["train"].sizes[host_ids(sample)] if has_items else np.zeros(0, np.int64)
         keep = np.ones(len(sizes), dtype=bool)
         if has_items and token_budget.world_size() == 1:
             keep = token_budget.select_items(sizes, budget.remaining, budget.tolerance)
@@ -205,8 +205,7 @@ class AstT5PretrainingTask(SharedVocabTask):
                 sample = token_budget.subset_sample(sample, keep, self.dictionary.pad())
             loss, sample_size, logging_output = super().train_step(
                 sample, model, criterion, optimizer, update_num, ignore_grad)
-            counts = [int(sizes[keep].sum()), int(sample["net_input"]["src_lengths"].sum()),
-                      int(sample["ntokens"])]
+            counts = [int(sizes[keep].sum()), host_source_tokens(sample), int(sample["ntokens"])]
         counts = token_budget.all_reduce_counts(counts)
         budget.tokens += counts[0]
         budget.source_tokens += counts[1]
@@ -219,17 +218,35 @@ class AstT5PretrainingTask(SharedVocabTask):
         return loss, sample_size, logging_output
 
 
+def host_ids(sample) -> np.ndarray:
+    """The batch's dataset indices on the host: the collater's numpy copy (no device-to-host
+    read inside the update), else read back from ``sample["id"]`` (batches built elsewhere)."""
+    host = sample.get("host")
+    if host is not None and "id" in host:
+        return host["id"]
+    return sample["id"].cpu().numpy()
+
+
+def host_source_tokens(sample) -> int:
+    """Source tokens of the batch, from the collater's host copy of the lengths when present."""
+    host = sample.get("host")
+    if host is not None and "src_lengths" in host:
+        return int(host["src_lengths"].sum())
+    return int(sample["net_input"]["src_lengths"].sum())
+
+
 def write_audit_record(folder: str, sample, model, update_num: int) -> None:
-    """Append {update, ids, checksum} for this rank; the checksum is order-sensitive."""
+    """Append {update, ids, checksum} for this rank; the checksum is order-sensitive. The
+    checksum is read back to the host (an opt-in audit, one sync per batch by design)."""
     import torch
     import torch.distributed as dist
 
     rank = dist.get_rank() if dist.is_available() and dist.is_initialized() else 0
     with torch.no_grad():
         flat = torch.cat([p.detach().double().flatten() for p in model.parameters()])
-        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64) / flat.numel()
+        weights = torch.arange(1, flat.numel() + 1, dtype=torch.float64, device=flat.device) / flat.numel()
         checksum = [float(flat.sum()), float((flat * weights).sum())]
-    ids = sample["id"].tolist() if sample and "id" in sample else []
+    ids = host_ids(sample).tolist() if sample and "id" in sample else []
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, f"audit_rank{rank}.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps({"update": int(update_num), "ids": ids, "checksum": checksum}) + "\n")

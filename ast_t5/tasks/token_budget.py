@@ -55,7 +55,10 @@ def subset_sample(sample: dict, keep: np.ndarray, pad: int) -> dict:
     n = len(keep)
     out = {}
     for key, value in sample.items():
-        if key == "net_input":
+        if key == "host":  # the collater's numpy copies (ast_t5.data.span_corruption_dataset)
+            out[key] = {k: v[keep] if isinstance(v, np.ndarray) and len(v) == n else v
+                        for k, v in value.items()}
+        elif key == "net_input":
             out[key] = {k: v.index_select(0, idx.to(v.device)) if torch.is_tensor(v) and v.dim() > 0
                         else v for k, v in value.items()}
         elif torch.is_tensor(value) and value.dim() > 0 and value.size(0) == n:
