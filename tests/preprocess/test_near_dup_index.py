@@ -1,0 +1,159 @@
+"""The bounded near-duplicate index makes exactly the decisions of the datasketch reference, and
+the vectorized signatures are bit-identical to datasketch's ``update_batch``."""
+import numpy as np
+import pytest
+
+import ast_t5_preprocess.near_dup as nd
+from ast_t5_preprocess.near_dup import (NearDupIndex, ReferenceNearDupIndex, exact_jaccard,
+                                        lsh_bands, minhash_signature, reference_minhash_signature,
+                                        shingle_ids)
+
+
+def test_signature_is_bit_identical_to_datasketch_update_batch():
+    rng = np.random.RandomState(0)
+    lengths = [0, 1, 2, 4, 5, 6, 7, 100, 2500, 4095, 4100, 9000]
+    for t in range(240):
+        n = lengths[t % len(lengths)]
+        ids = rng.randint(0, [3, 50, 32000, 2 ** 31 - 1][t % 4], n)
+        sig = minhash_signature(ids)
+        assert sig.dtype == np.uint32 and sig.shape == (128,)
+        assert np.array_equal(sig, reference_minhash_signature(ids)), (t, n)
+    for num_perm in (16, 256):
+        ids = rng.randint(0, 32000, 3000)
+        assert np.array_equal(minhash_signature(ids, num_perm), reference_minhash_signature(ids, num_perm))
+
+
+def test_shingle_ids_are_numpy_unique():
+    rng = np.random.RandomState(1)
+    for n in (1, 3, 5, 6, 300, 5000):
+        ids = rng.randint(0, 20, n)  # many repeated shingles
+        sh = shingle_ids(ids)
+        assert np.array_equal(sh, np.unique(sh)) and len(sh) < max(2, n)
+
+
+def test_bands_are_datasketch_choice():
+    from datasketch import MinHashLSH
+
+    lsh = MinHashLSH(threshold=0.6, num_perm=128)
+    assert lsh_bands(0.8) == (lsh.b, lsh.r) == (18, 7)
+
+
+def _corpus(seed: int, num_bases: int = 150):
+    """Token sequences with planted clusters: near copies at many edit rates (borderline pairs
+    around the threshold included), clusters of several members, copies of copies, and singles."""
+    rng = np.random.RandomState(seed)
+    docs = []
+    for _ in range(num_bases):
+        base = rng.randint(4, 3000, rng.randint(30, 600))
+        docs.append(base)
+        for _ in range(rng.choice([0, 0, 1, 2, 5])):
+            src = docs[rng.randint(len(docs) - 1, len(docs))] if rng.rand() < 0.3 else base
+            copy = src.copy()
+            rate = rng.choice([0.005, 0.01, 0.02, 0.03, 0.04, 0.05, 0.08, 0.15])
+            where = rng.rand(len(copy)) < rate
+            copy[where] = rng.randint(4, 3000, where.sum())
+            docs.append(copy)
+    order = rng.permutation(len(docs))
+    return [docs[i] for i in order]
+
+
+def _reference(sigs, shingles, threshold, use_exact):
+    """Decisions of ReferenceNearDupIndex: partner entry (or -1) and similarity per entry."""
+    index = ReferenceNearDupIndex(threshold)
+    kept_entries = []
+    partner, sim = np.full(len(sigs), -1), np.zeros(len(sigs))
+    for e, sig in enumerate(sigs):
+        exact = (lambda c, e=e: exact_jaccard(shingles[e], shingles[kept_entries[c]])) if use_exact else None
+        match = index.add(sig, exact)
+        if match is None:
+            kept_entries.append(e)
+        else:
+            partner[e], sim[e] = kept_entries[match[0]], match[1]
+    return partner, sim
+
+
+@pytest.mark.parametrize("threshold,use_exact,seed", [(0.8, True, 0), (0.8, False, 1), (0.7, True, 2)])
+def test_banded_index_decides_like_datasketch_lsh(tmp_path, threshold, use_exact, seed):
+    docs = _corpus(seed)
+    shingles = [shingle_ids(d) for d in docs]
+    sigs = np.stack([minhash_signature(d) for d in docs])
+    ref_partner, ref_sim = _reference(sigs, shingles, threshold, use_exact)
+    removed = ref_partner >= 0
+    assert removed.sum() >= 60  # the clusters are there...
+    assert len(set(ref_partner[removed].tolist())) < removed.sum()  # ...with several members
+    # ...and borderline pairs: removed at an exact similarity near the threshold
+    assert np.any(removed & (ref_sim < threshold + 0.05))
+    # the signatures on disk in three blocks (shards), memory-mapped, every entry indexed
+    path = tmp_path / "sigs.u32"
+    sigs.tofile(path)
+    mm = np.memmap(path, dtype=np.uint32, mode="r").reshape(len(sigs), -1)
+    cuts = [0, len(sigs) // 3, len(sigs) // 2, len(sigs)]
+    blocks = [(mm[a:b], np.arange(b - a)) for a, b in zip(cuts, cuts[1:])]
+    exact = (lambda e, c: exact_jaccard(shingles[e], shingles[c])) if use_exact else None
+    index = NearDupIndex(threshold, workdir=str(tmp_path))
+    partner, sim = index.run(blocks, exact)
+    assert np.array_equal(partner, ref_partner)
+    assert np.array_equal(sim, ref_sim)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["sigs.u32"]  # spill files removed
+
+
+def test_banded_index_skips_rows_and_filters_key_collisions(tmp_path, monkeypatch):
+    docs = _corpus(3, 80)
+    shingles = [shingle_ids(d) for d in docs]
+    sigs = np.stack([minhash_signature(d) for d in docs])
+    rows = np.flatnonzero(np.arange(len(docs)) % 7 != 3)  # rows not indexed (exact duplicates)
+    ref_partner, ref_sim = _reference(sigs[rows], [shingles[i] for i in rows], 0.8, True)
+    exact = lambda e, c: exact_jaccard(shingles[rows[e]], shingles[rows[c]])  # noqa: E731
+    # 64-bit band keys that collide for unequal band values: the candidates must stay datasketch's
+    real_keys = nd.band_keys
+    monkeypatch.setattr(nd, "band_keys", lambda s, b, r: real_keys(s, b, r) % np.uint64(5))
+    for chunk in (1 << 16, 17):  # keys computed in one chunk or in many
+        monkeypatch.setattr(NearDupIndex, "CHUNK", chunk)
+        partner, sim = NearDupIndex(0.8).run([(sigs, rows)], exact)
+        assert np.array_equal(partner, ref_partner) and np.array_equal(sim, ref_sim)
+        assert (partner >= 0).sum() >= 20
+    index = NearDupIndex(0.8)
+    index.run([(sigs[:10], np.array([2, 5])), (sigs[10:], np.array([0, 4]))])
+    assert index.locate(0) == (0, 2) and index.locate(3) == (1, 4)
+    assert np.array_equal(index.signature(3), sigs[14])
+    assert [len(a) for a in index.run([])] == [0, 0]
+    with pytest.raises(ValueError):
+        NearDupIndex(0.8).run([(sigs[:, :64], np.arange(3))])
+
+
+def _planted_signatures(seed: int, n: int = 400):
+    """Random signatures with planted variants whose LSH status is known: copies that agree
+    on >= 86% of the values but on no whole band (never candidates for datasketch), copies that
+    share exactly one band and agree on 81% (candidates, removed), or on 30% (candidates, kept)."""
+    rng = np.random.RandomState(seed)
+    bands, rows = lsh_bands(0.8)
+    sigs = [rng.randint(0, 2 ** 32, 128, dtype=np.uint64).astype(np.uint32) for _ in range(n)]
+    for i in range(n):
+        src = sigs[rng.randint(0, len(sigs))]
+        copy = src.copy()
+        kind = i % 3
+        if kind == 0:  # one value changed in every band: 110 of 128 agree
+            for k in range(bands):
+                copy[k * rows + rng.randint(rows)] ^= 1
+        else:
+            agree = 104 if kind == 1 else 38
+            keep_band = rng.randint(bands)
+            # one change in every other band, the rest anywhere outside the shared band
+            first = [k * rows + rng.randint(rows) for k in range(bands) if k != keep_band]
+            rest = np.setdiff1d(np.arange(128), np.r_[np.arange(keep_band * rows, (keep_band + 1) * rows), first])
+            copy[np.r_[first, rng.choice(rest, 128 - agree - len(first), replace=False)]] ^= 1
+        sigs.append(copy)
+    order = rng.permutation(len(sigs))
+    return np.stack(sigs)[order]
+
+
+def test_banded_index_candidates_are_exactly_datasketch_pairs(monkeypatch):
+    sigs = _planted_signatures(4)
+    ref_partner, ref_sim = _reference(sigs, None, 0.8, False)
+    assert 80 <= (ref_partner >= 0).sum() <= 200
+    partner, sim = NearDupIndex(0.8).run([(sigs, np.arange(len(sigs)))])
+    assert np.array_equal(partner, ref_partner) and np.array_equal(sim, ref_sim)
+    real_keys = nd.band_keys  # every key colliding with a fifth of the others
+    monkeypatch.setattr(nd, "band_keys", lambda s, b, r: real_keys(s, b, r) % np.uint64(5))
+    partner, sim = NearDupIndex(0.8).run([(sigs, np.arange(len(sigs)))])
+    assert np.array_equal(partner, ref_partner) and np.array_equal(sim, ref_sim)
