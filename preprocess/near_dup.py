@@ -171,16 +171,19 @@ class NearDupIndex:
     its group id once it is visited), so the candidates of an entry are walked without scanning
     removed files.
 
-    Memory: ``4 * bands`` bytes per entry (group id / link; 72 B at the default threshold, 18
-    bands) + at most ``4 * bands`` per entry for the group heads (only groups of two or more
-    entries have one; far fewer on real corpora) + 12 B per entry for the result (partner and
-    similarity), against about 2 KB per file for ``ReferenceNearDupIndex``; while the groups are
-    numbered, one band at a time, 8 B per entry of keys and 16 B of sort order and group
-    numbers more. The signatures are read through the memory maps (a chunk at a time, and each
-    candidate's row when it is checked), never loaded whole.
+    Memory, per entry: ``4 * bands`` bytes of group ids / links (72 B at the default threshold,
+    18 bands; past ``MAX_SLOT_BYTES`` a memory-mapped file in ``workdir`` instead of RAM), 4 B
+    per group of two or more entries for its list head (few: most band keys are unique), 24 B
+    for the rows and the result (partner, similarity); while the groups are numbered, one band
+    at a time, about 40 B more (keys, sort order, group numbers). Measured: 183 B per file of
+    peak anonymous memory at 200,000 files, against 6.8 KB per file for
+    ``ReferenceNearDupIndex`` (``benchmarks/bench_preprocess.py --near-dup-index``). The
+    signatures are read through the memory maps (a chunk at a time, and each candidate's row
+    when it is checked), never loaded whole.
     """
 
     CHUNK = 1 << 14  # entries whose band keys are computed at a time (8 MB of signatures)
+    MAX_SLOT_BYTES = 1 << 30  # larger group-id/link tables are a memory-mapped file in workdir
 
     def __init__(self, threshold: float = DEFAULT_THRESHOLD, num_perm: int = NUM_PERM,
                  workdir: Optional[str] = None):
@@ -216,9 +219,10 @@ class NearDupIndex:
         tmp = tempfile.mkdtemp(prefix="near_dup.", dir=self.workdir)
         try:
             slots, heads = self._number_groups(n, tmp)
+            self._visit(slots, heads, exact, partner, similarity)
+            del slots
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        self._visit(slots, heads, exact, partner, similarity)
         return partner, similarity
 
     def locate(self, entry: int) -> Tuple[int, int]:
@@ -249,7 +253,10 @@ class NearDupIndex:
         finally:
             for f in files:
                 f.close()
-        slots = np.empty((n, self.bands), dtype=np.int32)
+        if n * self.bands * 4 > self.MAX_SLOT_BYTES:  # on disk, paged in as the visit needs them
+            slots = np.memmap(os.path.join(tmp, "slots.i32"), dtype=np.int32, mode="w+", shape=(n, self.bands))
+        else:
+            slots = np.empty((n, self.bands), dtype=np.int32)
         num_groups = 0
         for k, path in enumerate(paths):
             keys = np.fromfile(path, dtype=np.uint64)

@@ -157,3 +157,21 @@ def test_banded_index_candidates_are_exactly_datasketch_pairs(monkeypatch):
     monkeypatch.setattr(nd, "band_keys", lambda s, b, r: real_keys(s, b, r) % np.uint64(5))
     partner, sim = NearDupIndex(0.8).run([(sigs, np.arange(len(sigs)))])
     assert np.array_equal(partner, ref_partner) and np.array_equal(sim, ref_sim)
+
+
+def test_banded_index_with_its_tables_on_disk(tmp_path, monkeypatch):
+    sigs = _planted_signatures(5, 200)
+    expected = NearDupIndex(0.8).run([(sigs, np.arange(len(sigs)))])
+    monkeypatch.setattr(NearDupIndex, "MAX_SLOT_BYTES", 0)
+    seen = []
+    real_visit = NearDupIndex._visit
+
+    def visit(self, slots, *rest):
+        seen.append(isinstance(slots, np.memmap) and str(tmp_path) in slots.filename)
+        return real_visit(self, slots, *rest)
+
+    monkeypatch.setattr(NearDupIndex, "_visit", visit)
+    got = NearDupIndex(0.8, workdir=str(tmp_path)).run([(sigs, np.arange(len(sigs)))])
+    assert seen == [True] and list(tmp_path.iterdir()) == []
+    assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
+    assert (got[0] >= 0).sum() > 40
