@@ -221,6 +221,8 @@ class NearDupIndex:
                 raise ValueError(f"signatures of shape {sigs.shape}, expected (n, {self.num_perm})")
         self.starts = np.cumsum([0] + [len(r) for _, r in self.blocks])
         n = int(self.starts[-1])
+        if n >= 2 ** 31:
+            raise ValueError(f"{n} files: the index numbers files with int32 (split the run)")
         partner = np.full(n, -1, dtype=np.int64)
         similarity = np.zeros(n, dtype=np.float64)
         if n == 0:
@@ -249,7 +251,7 @@ class NearDupIndex:
             for start in range(0, len(rows), self.CHUNK):
                 yield np.asarray(sigs[rows[start:start + self.CHUNK]], dtype=np.uint32)
 
-    def _number_groups(self, n: int, tmp: str) -> Tuple[np.ndarray, np.ndarray]:
+    def _number_groups(self, n: int, tmp: str) -> Tuple[np.ndarray, List[np.ndarray]]:
         import os
 
         paths = [os.path.join(tmp, f"band{k}.u64") for k in range(self.bands)]
@@ -266,7 +268,7 @@ class NearDupIndex:
             slots = np.memmap(os.path.join(tmp, "slots.i32"), dtype=np.int32, mode="w+", shape=(n, self.bands))
         else:
             slots = np.empty((n, self.bands), dtype=np.int32)
-        num_groups = 0
+        heads = []  # per band, the newest kept member of each shared group (-1: none yet)
         for k, path in enumerate(paths):
             keys = np.fromfile(path, dtype=np.uint64)
             os.remove(path)
@@ -280,14 +282,12 @@ class NearDupIndex:
             run = np.cumsum(new) - 1  # run (equal keys) of each sorted position
             size = np.bincount(run)
             shared = size >= 2
-            local = np.full(len(size), -1, dtype=np.int64)
-            local[shared] = num_groups + np.arange(int(shared.sum()))
-            num_groups += int(shared.sum())
+            local = np.full(len(size), -1, dtype=np.int32)
+            local[shared] = np.arange(int(shared.sum()), dtype=np.int32)
+            heads.append(np.full(int(shared.sum()), -1, dtype=np.int32))
             slots[order, k] = local[run]
             del order, run, new
-        if num_groups >= 2 ** 31:
-            raise ValueError("too many LSH groups for int32 group ids")
-        return slots, np.full(num_groups, -1, dtype=np.int32)
+        return slots, heads
 
     def _visit(self, slots, heads, exact, partner, similarity) -> None:
         bands, rows = self.bands, self.rows
@@ -300,7 +300,7 @@ class NearDupIndex:
             groups = [int(slot[k]) for k in ks]
             cands = set()
             for k, g in zip(ks, groups):
-                c = int(heads[g])
+                c = int(heads[k][g])
                 while c >= 0:
                     cands.add(c)
                     c = int(slots[c, k])
@@ -320,8 +320,8 @@ class NearDupIndex:
                         break
             if partner[e] < 0:  # kept: first in the kept lists of its groups
                 for k, g in zip(ks, groups):
-                    slots[e, k] = heads[g]
-                    heads[g] = e
+                    slots[e, k] = heads[k][g]
+                    heads[k][g] = e
 
 
 class ReferenceNearDupIndex:

@@ -175,3 +175,17 @@ def test_banded_index_with_its_tables_on_disk(tmp_path, monkeypatch):
     assert seen == [True] and list(tmp_path.iterdir()) == []
     assert np.array_equal(got[0], expected[0]) and np.array_equal(got[1], expected[1])
     assert (got[0] >= 0).sum() > 40
+
+
+def test_memory_benchmark_runs_both_indexes_and_compares_them():
+    """benchmarks/bench_preprocess.py --near-dup-index: old and new in their own processes, on
+    the same signatures; it exits with an error when their decisions differ."""
+    import os
+    import subprocess
+    import sys
+
+    bench = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_preprocess.py")
+    out = subprocess.run([sys.executable, bench, "--near-dup-index", "3000"], capture_output=True,
+                         text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "identical decisions: True" in out.stdout and "anonymous growth, B/file" in out.stdout
