@@ -293,8 +293,10 @@ class NearDupIndex:
         bands, rows = self.bands, self.rows
         floor = self.threshold - (VERIFY_MARGIN if exact is not None else 0.0)
         # entries that share a group in some band; the others are kept and cannot be matched
-        active = np.flatnonzero((slots >= 0).any(axis=1))
-        for e in active.tolist():
+        chunk = self.CHUNK * 4
+        active = (e for s in range(0, len(slots), chunk)
+                  for e in (np.flatnonzero((slots[s:s + chunk] >= 0).any(axis=1)) + s).tolist())
+        for e in active:
             slot = slots[e]
             ks = np.flatnonzero(slot >= 0).tolist()
             groups = [int(slot[k]) for k in ks]
@@ -326,7 +328,7 @@ class NearDupIndex:
 
 class ReferenceNearDupIndex:
     """The definition of the near-duplicate decisions, on datasketch's ``MinHashLSH`` (the merge
-    used it until its memory grew with the corpus: about 2 KB of Python objects per file, all
+    used it until its memory grew with the corpus: about 7 KB of Python objects per file, all
     signatures and band keys held; ``NearDupIndex`` makes the same decisions in bounded memory
     and is tested against this class).
 
