@@ -189,3 +189,92 @@ def test_memory_benchmark_runs_both_indexes_and_compares_them():
                          text=True, timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "identical decisions: True" in out.stdout and "anonymous growth, B/file" in out.stdout
+
+
+class _ReferenceMergeIndex:
+    """NearDupIndex's interface on ReferenceNearDupIndex (datasketch's MinHashLSH), for the merge."""
+
+    def __init__(self, threshold, workdir=None):
+        self.threshold = threshold
+
+    def run(self, blocks, exact=None):
+        self.entries = [(b, int(r)) for b, (_, rows) in enumerate(blocks) for r in rows]
+        index, kept = ReferenceNearDupIndex(self.threshold), []
+        partner, sim = np.full(len(self.entries), -1), np.zeros(len(self.entries))
+        for e, (b, r) in enumerate(self.entries):
+            match = index.add(blocks[b][0][r], None if exact is None else lambda c, e=e: exact(e, kept[c]))
+            if match is None:
+                kept.append(e)
+            else:
+                partner[e], sim[e] = kept[match[0]], match[1]
+        return partner, sim
+
+    def locate(self, entry):
+        return self.entries[entry]
+
+
+def test_merge_output_is_the_reference_output(tmp_path, tokenizer_dir, monkeypatch):
+    """The whole pipeline, sharded, on real code with planted near copies (borderline ones,
+    copies of copies, an exact copy): the same bytes as with the datasketch reference index,
+    also with the index's tables on disk."""
+    import json
+    import os
+    import random
+
+    from ast_t5_preprocess.cli import main
+
+    from ..conftest import STDLIB
+
+    corpus = tmp_path / "c"
+    corpus.mkdir()
+    names = ["textwrap.py", "heapq.py", "bisect.py", "colorsys.py", "shlex.py", "fnmatch.py",
+             "glob.py", "keyword.py", "stat.py", "this.py"]
+    rng = random.Random(0)
+    for n, name in enumerate(names):
+        text = open(os.path.join(STDLIB, name), encoding="utf-8").read()
+        (corpus / name).write_text(text)
+        lines = text.split("\n")
+        for copy in range(3):  # edited copies, some of them edits of an earlier copy
+            rate = [0.02, 0.06, 0.12][copy]
+            for i in rng.sample(range(len(lines)), max(1, int(rate * len(lines)))):
+                lines[i] += "  # edited"
+            (corpus / f"{name[:-3]}_copy{copy}.py").write_text("\n".join(lines))
+        # two copies edited in different halves: each near the original, not near each other,
+        # so the original, when visited after both, has two kept candidates
+        lines = text.split("\n")
+        half = len(lines) // 2
+        for part, span in (("a", range(0, half)), ("b", range(half, len(lines)))):
+            edited = list(lines)
+            for i in rng.sample(span, max(1, int(0.07 * len(lines)))):
+                edited[i] += "  # edited"
+            (corpus / f"{part}_{name}").write_text("\n".join(edited))
+    (corpus / "heapq_exact.py").write_text(open(os.path.join(STDLIB, "heapq.py"), encoding="utf-8").read())
+    spm = ["--spm-model", str(tokenizer_dir / "spm.model")]
+
+    def run(out, index_class=None, **attrs):
+        import ast_t5_preprocess.near_dup as near_dup
+
+        with monkeypatch.context() as m:
+            if index_class is not None:
+                m.setattr(near_dup, "NearDupIndex", index_class)
+            for k, v in attrs.items():
+                m.setattr(NearDupIndex, k, v)
+            assert main(["run", str(corpus), "-o", str(tmp_path / out), "--num-shards", "3",
+                         "--report", str(tmp_path / f"{out}.jsonl"), "--valid-ratio", "0.2",
+                         "--no-progress", "--max-tokens", "256", "--num-sentinels", "32", *spm]) == 0
+
+    run("reference", _ReferenceMergeIndex)
+    run("banded")
+    run("spilled", MAX_SLOT_BYTES=0, CHUNK=3)
+    manifest = json.load(open(tmp_path / "reference" / "manifest.json"))
+    assert manifest["near_duplicates"]["removed_total"] >= 10
+    assert manifest["languages"]["python"]["skipped_duplicate"] == 1
+    def tree(root):
+        return {os.path.relpath(os.path.join(d, f), root): open(os.path.join(d, f), "rb").read()
+                for d, _, files in os.walk(root) for f in files}
+
+    reference = tree(tmp_path / "reference")
+    assert len(reference) > 8
+    for out in ("banded", "spilled"):
+        assert tree(tmp_path / out) == reference, out
+        assert (tmp_path / "reference.jsonl").read_bytes() == (tmp_path / f"{out}.jsonl").read_bytes()
