@@ -265,7 +265,8 @@ class NearDupIndex:
             for f in files:
                 f.close()
         if n * self.bands * 4 > self.MAX_SLOT_BYTES:  # on disk, paged in as the visit needs them
-            slots = np.memmap(os.path.join(tmp, "slots.i32"), dtype=np.int32, mode="w+", shape=(n, self.bands))
+            slots = np.memmap(os.path.join(tmp, "slots.i32"), dtype=np.int32, mode="w+",
+                              shape=(n, self.bands))
         else:
             slots = np.empty((n, self.bands), dtype=np.int32)
         heads = []  # per band, the newest kept member of each shared group (-1: none yet)

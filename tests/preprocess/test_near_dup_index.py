@@ -140,7 +140,8 @@ def _planted_signatures(seed: int, n: int = 400):
             keep_band = rng.randint(bands)
             # one change in every other band, the rest anywhere outside the shared band
             first = [k * rows + rng.randint(rows) for k in range(bands) if k != keep_band]
-            rest = np.setdiff1d(np.arange(128), np.r_[np.arange(keep_band * rows, (keep_band + 1) * rows), first])
+            shared = np.arange(keep_band * rows, (keep_band + 1) * rows)
+            rest = np.setdiff1d(np.arange(128), np.r_[shared, first])
             copy[np.r_[first, rng.choice(rest, 128 - agree - len(first), replace=False)]] ^= 1
         sigs.append(copy)
     order = rng.permutation(len(sigs))
