@@ -184,7 +184,7 @@ class NearDupIndex:
     18 bands; past ``MAX_SLOT_BYTES`` a memory-mapped file in ``workdir`` instead of RAM), 4 B
     per group of two or more entries for its list head (few: most band keys are unique), 24 B
     for the rows and the result (partner, similarity); while the groups are numbered, one band
-    at a time, about 40 B more (keys, sort order, group numbers). Measured: 183 B per file of
+    at a time, about 40 B more (keys, sort order, group numbers). Measured: 180 B per file of
     peak anonymous memory at 200,000 files, against 6.8 KB per file for
     ``ReferenceNearDupIndex`` (``benchmarks/bench_preprocess.py --near-dup-index``). The
     signatures are read through the memory maps (a chunk at a time, and each candidate's row
