@@ -22,6 +22,14 @@ the two files' shingle sets reaches the threshold (the standard library has its 
 duplicates, e.g. the encodings/cp*.py tables).
 
     python benchmarks/bench_preprocess.py --size 200MB --workers 2 --planted-rate 0.05 --compare
+
+Near-duplicate removal, old and new code side by side: the worker's signature cost per file
+(``--signatures``, on the standard library tokenized as the pipeline does), and the merge
+index's peak memory and CPU time on generated signatures, each index in its own process, with a
+check that both removed the same files for the same partners (``--near-dup-index 200000``).
+
+    python benchmarks/bench_preprocess.py --signatures --max-mb 10 --vocab-size 8000
+    python benchmarks/bench_preprocess.py --near-dup-index 200000
 """
 import argparse
 import json
@@ -258,6 +266,154 @@ def at_size(args) -> None:
         shutil.rmtree(work, ignore_errors=True)
 
 
+# ---- near-duplicate removal: worker signatures and merge index, old and new side by side ----
+
+def _old_signature(ids: np.ndarray) -> np.ndarray:
+    """The signature as main computed it before the vectorized path: np.unique shingles, then
+    datasketch's ``update_batch`` over a Python list (kept here to time it side by side)."""
+    from datasketch import MinHash
+
+    from ast_t5_preprocess.near_dup import _MIX, NUM_PERM, SEED, SHINGLE, _identity
+
+    ids = np.asarray(ids, dtype=np.uint64)
+    k = min(SHINGLE, len(ids))
+    n = len(ids) - k + 1
+    h = np.zeros(n, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        for j in range(k):
+            h = h * _MIX + ids[j:j + n] + np.uint64(1)
+    mh = MinHash(num_perm=NUM_PERM, seed=SEED, hashfunc=_identity, scheme="affine32")
+    sh = np.unique((h >> np.uint64(32)).astype(np.uint32))
+    if len(sh):
+        mh.update_batch(sh.tolist())
+    return np.asarray(mh.hashvalues, dtype=np.uint32)
+
+
+def signature_cost(args) -> None:
+    """Per-file CPU cost of the worker's MinHash signature, old and new, on the standard
+    library tokenized as the pipeline does (a sentencepiece model trained on it)."""
+    from ast_t5_preprocess.near_dup import minhash_signature
+
+    _, texts, mb = select_documents(args.max_mb)
+    with tempfile.TemporaryDirectory() as work:
+        tok = train_sentencepiece((t for _, _, t in texts), work, args.vocab_size, 256, num_threads=2)
+        ids = [tok.encode(t) for _, _, t in texts]
+    lengths = np.array([len(x) for x in ids])
+    bad = sum(not np.array_equal(_old_signature(x), minhash_signature(x)) for x in ids)
+    print(f"files: {len(ids)}, {mb:.1f} MB, tokens per file: median {int(np.median(lengths))}, "
+          f"mean {lengths.mean():.0f}; signatures differing between old and new: {bad}")
+    old, new = [], []
+    for _ in range(max(3, args.repeats)):  # interleaved, CPU time, medians
+        for fn, out in ((_old_signature, old), (minhash_signature, new)):
+            c0 = time.process_time()
+            for x in ids:
+                fn(x)
+            out.append((time.process_time() - c0) / len(ids))
+    o, n = float(np.median(old)), float(np.median(new))
+    print(f"signature per file: old (np.unique + update_batch) {o * 1e3:.3f} ms, "
+          f"new (vectorized) {n * 1e3:.3f} ms: {o / n:.2f}x cheaper "
+          f"({len(old)} interleaved repeats, medians of CPU time)")
+
+
+def planted_signatures(num_files: int, seed: int = 0) -> np.ndarray:
+    """(num_files, 128) uint32 signatures: random ones, and 10% near copies of earlier ones with
+    2-40% of their values changed (clusters of several members, pairs on both sides of 0.8)."""
+    rng = np.random.RandomState(seed)
+    sigs = rng.randint(0, 2 ** 32, (num_files, 128), dtype=np.uint64).astype(np.uint32)
+    copies = np.flatnonzero(rng.rand(num_files) < 0.1)
+    copies = copies[copies > 0]
+    for i in copies:
+        src = rng.randint(max(0, i - 5000), i)
+        row = sigs[src].copy()
+        change = rng.rand(128) < rng.choice([0.02, 0.1, 0.15, 0.2, 0.25, 0.4])
+        row[change] = rng.randint(0, 2 ** 32, int(change.sum()), dtype=np.uint64).astype(np.uint32)
+        sigs[i] = row
+    return sigs
+
+
+def _status_kb(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    return 0
+
+
+def near_dup_index_child(kind: str, path: str, blocks: int) -> None:
+    """One merge index over memory-mapped signatures, in a fresh process; prints JSON."""
+    import hashlib
+    import threading
+
+    from ast_t5_preprocess.near_dup import NearDupIndex, ReferenceNearDupIndex
+
+    mm = np.memmap(path, dtype=np.uint32, mode="r").reshape(-1, 128)
+    n = len(mm)
+    ReferenceNearDupIndex(0.8)  # imports datasketch (and scipy) before the baseline
+    peak_anon = [_status_kb("RssAnon")]
+    base = peak_anon[0]
+    done = threading.Event()
+
+    def sample():  # anonymous memory (the signature file's pages are page cache)
+        while not done.wait(0.005):
+            peak_anon[0] = max(peak_anon[0], _status_kb("RssAnon"))
+
+    threading.Thread(target=sample, daemon=True).start()
+    c0 = time.process_time()
+    if kind == "old":  # the merge before: one add per file, signatures from the memory map
+        index, kept, partner = ReferenceNearDupIndex(0.8), [], np.full(n, -1, dtype=np.int64)
+        for e in range(n):
+            m = index.add(mm[e])
+            if m is None:
+                kept.append(e)
+            else:
+                partner[e] = kept[m[0]]
+    else:
+        cuts = np.linspace(0, n, blocks + 1).astype(int)
+        partner, _ = NearDupIndex(0.8, workdir=os.path.dirname(path)).run(
+            [(mm[a:b], np.arange(b - a)) for a, b in zip(cuts, cuts[1:])])
+    cpu = time.process_time() - c0
+    done.set()
+    peak_anon[0] = max(peak_anon[0], _status_kb("RssAnon"))
+    print(json.dumps({"kind": kind, "files": n, "cpu_s": cpu, "removed": int((partner >= 0).sum()),
+                      "decisions": hashlib.sha256(partner.astype(np.int64).tobytes()).hexdigest(),
+                      "anon_base_kb": base, "anon_peak_kb": peak_anon[0],
+                      "hwm_kb": _status_kb("VmHWM")}))
+
+
+def near_dup_index_memory(args) -> None:
+    """Merge near-dup index, old (datasketch MinHashLSH) and new (banded NumPy), each in its
+    own process on the same memory-mapped signatures: peak memory, CPU time, same decisions."""
+    import subprocess
+
+    n = args.near_dup_index
+    work = tempfile.mkdtemp(prefix="bench_near_dup_", dir=args.workdir)
+    try:
+        path = os.path.join(work, "signatures.u32")
+        planted_signatures(n).tofile(path)
+        runs = {}
+        for kind in ("old", "new"):
+            out = subprocess.run([sys.executable, os.path.abspath(__file__), "--near-dup-child", kind, path,
+                                  "--near-dup-blocks", str(args.near_dup_blocks)],
+                                 check=True, capture_output=True, text=True).stdout
+            runs[kind] = json.loads(out.strip().splitlines()[-1])
+        old, new = runs["old"], runs["new"]
+        print(f"signatures: {n} files (10% planted near copies), {os.path.getsize(path) / 1e6:.0f} MB "
+              f"on disk, memory-mapped, {args.near_dup_blocks} blocks (shards) for the new index")
+        print(f"{'':28s}{'old (MinHashLSH)':>18s}{'new (banded)':>16s}{'old / new':>11s}")
+        for label, key in (("peak RSS (VmHWM), MB", "hwm_kb"), ("peak anonymous RSS, MB", "anon_peak_kb")):
+            print(f"{label:28s}{old[key] / 1024:18.1f}{new[key] / 1024:16.1f}{old[key] / new[key]:11.2f}")
+        grow = {k: (r["anon_peak_kb"] - r["anon_base_kb"]) * 1024 / n for k, r in runs.items()}
+        print(f"{'anonymous growth, B/file':28s}{grow['old']:18.0f}{grow['new']:16.0f}"
+              f"{grow['old'] / max(grow['new'], 1e-9):11.2f}")
+        print(f"{'CPU time, s':28s}{old['cpu_s']:18.2f}{new['cpu_s']:16.2f}{old['cpu_s'] / new['cpu_s']:11.2f}")
+        same = old["decisions"] == new["decisions"]
+        print(f"removed: old {old['removed']}, new {new['removed']}; identical decisions: {same}")
+        if not same:
+            raise SystemExit("the two indexes decided differently")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", help="run the at-size benchmark on a generated corpus of this size "
@@ -273,7 +429,20 @@ def main(argv=None):
                          "runs understate scaling, since worker start-up and the last chunk weigh more")
     ap.add_argument("--vocab-size", type=int, default=32000)
     ap.add_argument("--repeats", type=int, default=2, help="best of this many timings (2)")
+    ap.add_argument("--signatures", action="store_true",
+                    help="time the worker's MinHash signature per file, old and new, side by side")
+    ap.add_argument("--near-dup-index", type=int, metavar="FILES",
+                    help="peak memory of the merge near-dup index, old and new, on this many "
+                         "generated signatures (e.g. 200000)")
+    ap.add_argument("--near-dup-blocks", type=int, default=8, help=argparse.SUPPRESS)
+    ap.add_argument("--near-dup-child", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.near_dup_child:
+        return near_dup_index_child(*args.near_dup_child, args.near_dup_blocks)
+    if args.near_dup_index:
+        return near_dup_index_memory(args)
+    if args.signatures:
+        return signature_cost(args)
     if args.size:
         return at_size(args)
     docs, texts, mb = select_documents(args.max_mb)

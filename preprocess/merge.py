@@ -45,7 +45,7 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
         ``(stats, info)``: per-language Counters and a dict with ``near_duplicates`` (the
         manifest entry) and ``no_valid_split`` (languages too small for a validation file).
     """
-    from .near_dup import NearDupIndex, summary
+    from .near_dup import summary
 
     missing = missing_shards(out_dir, num_shards)
     if missing:
@@ -64,55 +64,92 @@ def merge_shards(out_dir: str, num_shards: int, fingerprint: str, dedup: bool = 
         for lang, s in meta["stats"].items():
             stats[lang].update(s)
     groups = sorted({g for meta in shards for g in meta["files"]})
-    seen = set()
-    index = NearDupIndex(near_dup_threshold) if near_dup_threshold is not None else None
-    index_keys: List[str] = []
-    index_locs: List[tuple] = []  # (shard, group, first item, segments) of each indexed file
-    shingles = _StoredShingles(out_dir, num_shards)
+    # (group, shard, files, keys) in the visiting order, and each block's exact duplicates
+    blocks = []
+    for group in groups:
+        for i, meta in enumerate(shards):
+            files = meta["files"].get(group)
+            if files:
+                blocks.append((group, i, files, meta.get("keys", {}).get(group) or [d for d, _, _ in files]))
+    duplicate = _exact_duplicates(blocks, dedup)
+    near = None
+    if near_dup_threshold is not None:
+        near = _near_duplicates(out_dir, num_shards, blocks, duplicate, near_dup_threshold)
     near_removed: Counter = Counter()
     pairs, removed_entries = [], []
     kept = []  # [lang, split, shard, group, first item, nseg, ntok, key]
-    for group in groups:
+    entry = 0  # files that are not exact duplicates, counted in the visiting order
+    for b, (group, i, files, keys) in enumerate(blocks):
         lang, split = group.split("/")
-        for i, meta in enumerate(shards):
-            files = meta["files"].get(group)
-            if not files:
+        item = 0
+        for j, (digest, nseg, ntok) in enumerate(files):
+            first, item = item, item + nseg
+            if duplicate[b][j]:
+                _uncount_removed(stats[lang], nseg, ntok, "duplicate")
+                removed_entries.append(_removed_entry(keys[j], lang, "duplicate"))
                 continue
-            keys = meta.get("keys", {}).get(group) or [d for d, _, _ in files]
-            sigs = None
-            if index is not None:
-                sigs = read_signatures(shard_dir(out_dir, i, num_shards), group, len(files))
-            item = 0
-            for j, (digest, nseg, ntok) in enumerate(files):
-                first, item = item, item + nseg
-                if dedup and digest in seen:
-                    _uncount_removed(stats[lang], nseg, ntok, "duplicate")
-                    removed_entries.append(_removed_entry(keys[j], lang, "duplicate"))
+            if near is not None:
+                index, partner, similarity = near
+                match, entry = int(partner[entry]), entry + 1
+                if match >= 0:
+                    kb, krow = index.locate(match)
+                    _uncount_removed(stats[lang], nseg, ntok, "near_duplicate")
+                    near_removed[lang] += 1
+                    pair = {"removed": keys[j], "kept": blocks[kb][3][krow],
+                            "similarity": round(float(similarity[entry - 1]), 4), "language": lang}
+                    pairs.append(pair)
+                    removed_entries.append(dict(_removed_entry(keys[j], lang, "near_duplicate"),
+                                                duplicate_of=pair["kept"], similarity=pair["similarity"]))
                     continue
-                seen.add(digest)
-                if index is not None:
-                    loc = (i, group, first, nseg)
-                    match = index.add(sigs[j], lambda c: shingles.similarity(index_locs[c], loc))
-                    if match is not None:
-                        _uncount_removed(stats[lang], nseg, ntok, "near_duplicate")
-                        near_removed[lang] += 1
-                        pair = {"removed": keys[j], "kept": index_keys[match[0]],
-                                "similarity": round(match[1], 4), "language": lang}
-                        pairs.append(pair)
-                        removed_entries.append(dict(_removed_entry(keys[j], lang, "near_duplicate"),
-                                                    duplicate_of=pair["kept"], similarity=pair["similarity"]))
-                        continue
-                    index_keys.append(keys[j])
-                    index_locs.append(loc)
-                kept.append([lang, split, i, group, first, nseg, ntok, keys[j]])
+            kept.append([lang, split, i, group, first, nseg, ntok, keys[j]])
     no_valid = _ensure_valid_files(kept, valid_ratio) if valid_ratio > 0 else []
     _write_groups(out_dir, num_shards, kept, stats)
     if report_path:
         _write_report(out_dir, num_shards, report_path, removed_entries)
     info = {"no_valid_split": no_valid,
             "near_duplicates": summary(dict(near_removed), pairs, near_dup_threshold)
-            if index is not None else None}
+            if near is not None else None}
     return stats, info
+
+
+def _exact_duplicates(blocks: list, dedup: bool) -> List[np.ndarray]:
+    """Per block, which files repeat the content of an earlier file (when ``dedup``)."""
+    seen = set()
+    out = []
+    for _, _, files, _ in blocks:
+        dup = np.zeros(len(files), dtype=bool)
+        if dedup:
+            for j, (digest, _, _) in enumerate(files):
+                dup[j] = digest in seen
+                seen.add(digest)
+        out.append(dup)
+    return out
+
+
+def _near_duplicates(out_dir: str, num_shards: int, blocks: list, duplicate: List[np.ndarray],
+                     threshold: float):
+    """Near-duplicate decisions over the files that are not exact duplicates, in the visiting
+    order (see near_dup.NearDupIndex): ``(index, partner, similarity)`` per such file. The
+    signatures stay memory-mapped in the shards; the index spills its band keys under
+    ``out_dir`` while it numbers its groups."""
+    from .near_dup import NearDupIndex
+
+    sig_blocks, firsts = [], []
+    for (group, i, files, _), dup in zip(blocks, duplicate):
+        sig_blocks.append((read_signatures(shard_dir(out_dir, i, num_shards), group, len(files)),
+                           np.flatnonzero(~dup)))
+        nseg = np.fromiter((f[1] for f in files), dtype=np.int64, count=len(files))
+        firsts.append(np.cumsum(nseg) - nseg)
+    shingles = _StoredShingles(out_dir, num_shards)
+    index = NearDupIndex(threshold, workdir=out_dir)
+
+    def loc(entry: int) -> tuple:
+        b, row = index.locate(entry)
+        group, i, files, _ = blocks[b]
+        return (i, group, int(firsts[b][row]), files[row][1])
+
+    partner, similarity = index.run(sig_blocks, lambda e, c: shingles.similarity(loc(c), loc(e)))
+    return index, partner, similarity
 
 
 class _StoredShingles:

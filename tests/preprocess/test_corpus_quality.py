@@ -16,7 +16,8 @@ from ast_t5_preprocess import shards
 from ast_t5_preprocess.cli import main
 from ast_t5_preprocess.decontamination import Decontaminator, load_benchmarks
 from ast_t5_preprocess.formats import IndexedReader, ast_rows
-from ast_t5_preprocess.near_dup import NearDupIndex, estimated_jaccard, minhash_signature
+from ast_t5_preprocess.near_dup import (NearDupIndex, ReferenceNearDupIndex, estimated_jaccard,
+                                        minhash_signature)
 from ast_t5_preprocess.parsing import CodeParser, neutralize_macros, node_type_names
 
 from ..conftest import STDLIB
@@ -96,13 +97,13 @@ def test_minhash_finds_near_copies_and_only_them():
     sa, sn, so = minhash_signature(a), minhash_signature(near), minhash_signature(other)
     assert sa.dtype == np.uint32 and np.array_equal(sa, minhash_signature(a))  # deterministic
     assert estimated_jaccard(sa, sn) > 0.8 > 0.1 > estimated_jaccard(sa, so)
-    index = NearDupIndex(0.8)
+    index = ReferenceNearDupIndex(0.8)
     assert index.add(sa) is None and index.add(so) is None
     assert index.add(sn, exact=lambda c: 0.79) is None  # the exact check overrules the estimate
     match = index.add(sn)
     assert match is not None and match[0] == 0 and match[1] >= 0.8
-    assert NearDupIndex(0.8).add(sa) is None
-    index = NearDupIndex(0.8)
+    assert ReferenceNearDupIndex(0.8).add(sa) is None
+    index = ReferenceNearDupIndex(0.8)
     index.add(sa)
     for step in range(10, 80, 2):  # a copy estimated below the threshold, within the margin
         almost = a.copy()
@@ -112,9 +113,18 @@ def test_minhash_finds_near_copies_and_only_them():
             break
     assert 0.71 < estimated_jaccard(sa, sal) < 0.79
     assert index.add(sal) is None  # found only by the exact check
-    index = NearDupIndex(0.8)
+    index = ReferenceNearDupIndex(0.8)
     index.add(sa)
     assert index.add(sal, exact=lambda c: 0.81) == (0, 0.81)
+    # the bounded index (merge) decides the same: entries a, other, near copy, almost copy
+    sigs = np.stack([sa, so, sn, sal])
+    rows = np.arange(4)
+    partner, sim = NearDupIndex(0.8).run([(sigs, rows)])
+    assert partner.tolist() == [-1, -1, 0, -1] and sim[2] >= 0.8
+    partner, sim = NearDupIndex(0.8).run([(sigs, rows)], exact=lambda e, c: 0.79)
+    assert partner.tolist() == [-1, -1, -1, -1]
+    partner, sim = NearDupIndex(0.8).run([(sigs, rows)], exact=lambda e, c: 0.81)
+    assert partner.tolist() == [-1, -1, 0, 0] and sim[3] == 0.81
 
 
 def test_near_duplicates_removed_across_shards_and_reported(tmp_path, spm):
