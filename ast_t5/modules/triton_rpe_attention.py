@@ -43,8 +43,8 @@ clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dK/dV kernel, neve
   (bytes: 4 (2 M + 1) per program, under 1 MB at B16 H12 T1024), which PyTorch sums.
 
 Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
-accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any head size 16..256 (padded to a power of
-two), any T and S (T != S allowed; causal requires T == S), per_distance (H, 2 M + 1) in any float
+accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any head size up to 256 (padded to a power of
+two, at least 16), any T and S (T != S allowed; causal requires T == S), per_distance (H, 2 M + 1) in any float
 dtype (read and accumulated in fp32; its gradient is returned in its dtype).
 
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
@@ -82,8 +82,8 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return "CPU tensors need Triton's interpreter (import with TRITON_INTERPRET=1)"
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtype {q.dtype} (needs fp16, bf16 or fp32, the same for q, k, v)"
-    if not 16 <= q.size(-1) <= 256 or v.size(-1) != q.size(-1):
-        return f"head size {q.size(-1)} (needs 16..256, v's the same)"
+    if not 1 <= q.size(-1) <= 256 or v.size(-1) != q.size(-1):
+        return f"head size {q.size(-1)} (needs <= 256, v's the same)"
     if not per_distance.is_floating_point() or per_distance.dim() != 2 or per_distance.size(0) != q.size(1):
         return "per_distance must be a float (H, 2 M + 1) tensor"
     return None
@@ -185,6 +185,7 @@ if triton is not None:
     @triton.jit
     def _bwd_dkdv_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DK, DV, DTAB,
                          sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
+                         sg_b, sg_h, sg_t,
                          H, T, S, D, scale, dropout_p,
                          M: tl.constexpr, TAB: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
                          DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
@@ -262,10 +263,9 @@ if triton is not None:
                     tab += tl.where(exact & (r >= 0) & (r < BLOCK), from_pos, 0.0)
                     tab += tl.where(exact & (r < 0) & (r >= -BLOCK), from_neg, 0.0)
         dk = dk * scale
-        tl.store(DK + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], dk.to(DK.dtype.element_ty),
-                 mask=kv_ok)
-        tl.store(DV + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], dv.to(DV.dtype.element_ty),
-                 mask=kv_ok)
+        out_offs = b * sg_b + h * sg_h + offs_n[:, None] * sg_t + offs_d[None, :]  # dK, dV: same layout
+        tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_ok)
+        tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
         if TABLE_GRAD:
             tab = tl.where(t_idx == 0, far_lo, tab)
             tab = tl.where(t_idx == 2 * M, far_hi, tab)
@@ -274,6 +274,7 @@ if triton is not None:
     @triton.jit
     def _bwd_dq_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DQ,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
+                       sg_b, sg_h, sg_t,
                        H, T, S, D, scale, dropout_p,
                        M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -316,7 +317,7 @@ if triton is not None:
             ds = p * (dp - delta[:, None])
             dq += _dot(ds.to(k.dtype), k, PRECISION)
         dq = dq * scale
-        tl.store(DQ + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :], dq.to(DQ.dtype.element_ty),
+        tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], dq.to(DQ.dtype.element_ty),
                  mask=q_ok)
 
     @triton.jit
@@ -372,7 +373,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
         block_m, block_n, block_bwd, warps = blocks
-        o = torch.empty_like(q)
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
         _fwd_kernel[(triton.cdiv(T, block_m), B * H)](
@@ -396,9 +397,12 @@ class _TritonRPEAttention(torch.autograd.Function):
         S = k.size(2)
         M = (pd.size(1) - 1) // 2
         block_m, block_n, block_bwd, warps = blocks
-        do = grad_out.contiguous() if grad_out.stride(-1) != 1 or grad_out.stride() != o.stride() else grad_out
+        do = _as_kernel_input(grad_out)
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
-        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
         table_grad = ctx.needs_input_grad[3]
         n_blocks = triton.cdiv(S, block_bwd)
         dtab = torch.empty(B * H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
@@ -409,11 +413,11 @@ class _TritonRPEAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         _bwd_dkdv_kernel[(n_blocks, B * H)](
-            q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, dtab, *strides,
+            q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, dtab, *strides, *dk.stride()[:3],
             H, T, S, D, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
             BLOCK=block_bwd, **common)
         _bwd_dq_kernel[(triton.cdiv(T, block_bwd), B * H)](
-            q, k, v, pd, kpm, seed, do, lse, delta, dq, *strides,
+            q, k, v, pd, kpm, seed, do, lse, delta, dq, *strides, *dq.stride()[:3],
             H, T, S, D, scale, dropout_p, BLOCK_M=block_bwd, BLOCK_N=block_bwd, **common)
         d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2)).to(table_dtype) if table_grad else None
         return dq, dk, dv, d_table, None, None, None, None, None
