@@ -232,7 +232,9 @@ def condition_winner(rows: List[Dict]) -> Optional[Dict]:
                 ms=best["ms"], x_sdpa=best.get("x_sdpa"))
 
 
-def run(args) -> Dict:
+def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
+    """Every condition and backend; ``on_condition(payload so far)`` after each condition (the
+    JSON is rewritten then, so a run cut short by a time limit still leaves what it measured)."""
     device = torch.device(args.device)
     dtype = DTYPES[args.dtype]
     paddings = {"both": (False, True), "none": (False,), "padded": (True,)}[args.padding]
@@ -295,6 +297,12 @@ def run(args) -> Dict:
                     vs = "" if winner["x_sdpa"] is None else f", {winner['x_sdpa']:.2f}x sdpa"
                     print(f"# winner T={length} dropout {dropout:g} padded {'yes' if padded else 'no'}: "
                           f"{winner['backend']} {winner['ms']:.3f} ms{vs}", flush=True)
+                if on_condition is not None:
+                    on_condition(payload(args, device, rows, winners))
+    return payload(args, device, rows, winners)
+
+
+def payload(args, device, rows, winners) -> Dict:
     return dict(device=str(device), device_name=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                 torch=torch.__version__, peak_tflops=args.peak_tflops, repeats=args.repeats, rows=rows,
                 winners=winners)
@@ -324,9 +332,9 @@ def write_json(path: str, payload: Dict) -> None:
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING)
     args = parse_args(argv)
-    payload = run(args)
+    result = run(args, on_condition=(lambda partial: write_json(args.json, partial)) if args.json else None)
     if args.json:
-        write_json(args.json, payload)
+        write_json(args.json, result)
         print(f"wrote {args.json}")
     return 0
 

@@ -78,7 +78,9 @@ class AstT5Config(FairseqDataclass):
     activation_dropout: float = field(default=0.0, metadata={"help": "dropout inside the feed-forward block"})
     attention_backend: AttentionBackendChoice = field(
         default="auto", metadata={"help": "attention implementation: " + ", ".join(ATTENTION_BACKENDS)
-                                  + " (auto follows attention_backends.AUTO_TABLE and logs each choice once)"})
+                                  + " (auto follows attention_backends.AUTO_TABLE and logs each choice once; triton: our "
+                                  "Triton kernel with the bias per distance, dropout and the table "
+                                  "gradient, CUDA only, not measured yet so never picked by auto)"})
     checkpoint_activations: bool = field(
         default=False, metadata={"help": "recompute each layer's activations in backward (saves memory)"})
     init_factor: float = field(default=1.0, metadata={"help": "multiplier of every initialization std"})
