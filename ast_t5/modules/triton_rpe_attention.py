@@ -47,6 +47,11 @@ accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any head size up to 256
 two, at least 16), any T and S (T != S allowed; causal requires T == S), per_distance (H, 2 M + 1) in any float
 dtype (read and accumulated in fp32; its gradient is returned in its dtype).
 
+Tiles (`default_blocks`): the largest for which ptxas reports no register spills on sm80/sm90
+(`benchmarks/compile_triton_rpe.py` compiles the kernels without a GPU), except dK/dV at D 64
+without dropout (64 x 64 tiles), which keeps a 16-byte spill on sm80 and 40 bytes causal on sm90
+rather than halve its tiles. Not tuned for speed: that needs the GPU benchmark.
+
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
 that on hosts without CUDA. Speed is not measured yet: `benchmarks/bench_attention.py --device
@@ -336,13 +341,20 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-def default_blocks(head_dim: int, device: torch.device):
-    """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps). Not tuned on a GPU yet."""
+def default_blocks(head_dim: int, device: torch.device, dropout: bool = False):
+    """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps).
+
+    On CUDA: the largest tiles for which ptxas reports no register spills for sm80 and sm90
+    (`benchmarks/compile_triton_rpe.py`, which compiles the kernels without a GPU); their speed is
+    not measured yet. On CPU (the interpreter): moderate tiles, few programs.
+    """
     if device.type != "cuda":
-        return 32, 32, 32, 4  # the interpreter: few, moderate tiles
+        return 32, 32, 32, 4
     if head_dim <= 64:
-        return 128, 64, 64, 4
-    return 64, 64, 32 if head_dim > 128 else 64, 8
+        return 128, 32, 32 if dropout else 64, 8
+    if head_dim <= 128:
+        return 64, 64 if not dropout else 32, 32, 8
+    return 32, 32, 16, 8
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -449,7 +461,7 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     kpm = None
     if key_padding_mask is not None:
         kpm = key_padding_mask.to(device=q.device, dtype=torch.uint8).contiguous()
-    blocks = tuple(blocks or default_blocks(q.size(-1), q.device))
+    blocks = tuple(blocks or default_blocks(q.size(-1), q.device, dropout_p > 0))
     if blocks[2] < 16:
         raise ValueError("the backward block must be >= 16 (tl.dot)")
     return _TritonRPEAttention.apply(q, k, v, per_distance, kpm, causal, dropout_p, scale, blocks)

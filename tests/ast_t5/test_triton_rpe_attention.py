@@ -253,6 +253,22 @@ def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa():
         assert (p.grad - p_ref.grad).abs().max() < 1e-4 * (p_ref.grad.abs().max() + 1e-6), name
 
 
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_kernels_compile_for_hopper_without_spills():
+    """What the interpreter cannot check: the kernels compile for sm90 (Triton's compiler and
+    bundled ptxas, no GPU needed; in a process without TRITON_INTERPRET) and the default tiles of
+    the most involved variant (padding + dropout, table gradient) spill no registers."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
+    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants",
+                           "padded-dropout"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    assert sorted(line[3] for line in lines) == ["dkdv", "dq", "fwd"], proc.stdout
+    assert "0 kernel(s) with a spill stack" in proc.stdout, proc.stdout
+
+
 # --------------------------------------------------------------------------------------- GPU
 @requires_cuda
 def test_gpu_runs_the_compiled_kernels_not_the_interpreter():
