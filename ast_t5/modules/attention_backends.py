@@ -250,6 +250,8 @@ def _flash(q, k, v, key_padding_mask, causal, dropout_p, scale):
             _count("torch-varlen")
             return torch_varlen_bshd(q, k, v, key_padding_mask, scale)
         return None  # PyTorch's flash SDPA takes no mask
+    if not q.is_cuda and dropout_p > 0.0:
+        return None  # PyTorch's CPU flash kernel has no dropout ("No available kernel")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     log_once("attention backend flash: using PyTorch's built-in flash SDPA kernel")
@@ -577,8 +579,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         out = _flash(q, k, v, key_padding_mask, causal, dropout_p, scale)
         if out is not None:
             return out
-        log_once("attention backend flash: padded keys with dropout or causality, or no varlen kernel "
-                 "-> sdpa for those calls")
+        log_once("attention backend flash: padded keys with dropout or causality, no varlen kernel, or "
+                 "dropout on CPU -> sdpa for those calls")
         backend = "sdpa"
     masked = _boolean_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
     if backend == "sdpa":

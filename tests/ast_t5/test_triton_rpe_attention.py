@@ -207,6 +207,10 @@ def test_backend_dispatch_fold_masks_and_fallbacks(caplog):
     assert (step - ab.attention(q[:, :, -1:], k, v, bias=module(1, 21, query_offset=20), backend="torch")
             ).abs().max() < 1e-5
     assert (dense - ab.attention(q, k, v, bias=module(21, 21), backend="torch")).abs().max() < 1e-5
+    # bias-free with dropout on CPU: PyTorch's CPU flash kernel has none -> sdpa instead of an error
+    ab.DISPATCH_COUNTS.clear()
+    ab.attention(q, k, v, dropout_p=0.1, causal=True, backend="triton")
+    assert ab.DISPATCH_COUNTS["sdpa"] == 1
 
 
 @cpu_only
@@ -223,9 +227,12 @@ def test_cpu_tensors_without_the_interpreter_fall_back_to_sdpa(monkeypatch, capl
 
 
 @cpu_only
-def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa():
-    """Tiny T5 v1.1 (shared relative bias, padded source, causal decoder), train mode without
-    dropout: loss and every gradient as with sdpa; 4 biased calls per step went to the kernel."""
+@pytest.mark.parametrize("arch,biased_calls", [("t5_v11_tiny", 4), ("ast_t5_paper_tiny", 2)])
+def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch, biased_calls):
+    """Tiny models in train mode without dropout (T5 v1.1: one relative bias per stack, biased
+    causal decoder; paper: per-layer encoder bias with M = 256, bias-free decoder -> flash),
+    padded source: loss and every gradient as with sdpa, and the biased calls ran the kernel.
+    With attention dropout (paper default 0.1) the same seed gives the same output."""
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -234,7 +241,7 @@ def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa():
     for i in range(40):
         d.add_symbol(f"tok{i}")
     torch.manual_seed(0)
-    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0)
+    kwargs = dict(arch=arch, dropout=0.0, attention_dropout=0.0)
     model = AstT5Model.from_dictionary(d, attention_backend="triton", **kwargs).train()
     reference = AstT5Model.from_dictionary(d, attention_backend="sdpa", **kwargs).train()
     reference.load_state_dict(model.state_dict())
@@ -245,12 +252,21 @@ def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa():
     ab.DISPATCH_COUNTS.clear()
     loss = model(src, None, prev)[0].logsumexp(-1).mean()
     loss.backward()
-    assert ab.DISPATCH_COUNTS["triton-rpe"] == 4  # 2 encoder + 2 decoder self-attention layers
+    assert ab.DISPATCH_COUNTS["triton-rpe"] == biased_calls
     ref = reference(src, None, prev)[0].logsumexp(-1).mean()
     ref.backward()
     assert abs(loss.item() - ref.item()) < 1e-5
     for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
         assert (p.grad - p_ref.grad).abs().max() < 1e-4 * (p_ref.grad.abs().max() + 1e-6), name
+    if arch.startswith("ast_t5_paper"):
+        dropping = AstT5Model.from_dictionary(d, attention_backend="triton", arch=arch, dropout=0.0,
+                                              attention_dropout=0.1).train()
+        with torch.no_grad():
+            outs = []
+            for seed in (1, 1, 2):
+                torch.manual_seed(seed)
+                outs.append(dropping(src, None, prev)[0])
+        assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
@@ -333,3 +349,38 @@ def test_gpu_tiny_model_trains_one_step_on_the_triton_kernel():
     opt.step()
     assert ab.DISPATCH_COUNTS["triton-rpe"] >= 4, dict(ab.DISPATCH_COUNTS)
     assert torch.isfinite(loss) and any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@requires_cuda
+def test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels():
+    """model.compile=true: the kernels are traced into the model's graph (user-defined Triton
+    kernels); loss and gradients as in eager, and the profiler sees our kernels."""
+    from fairseq.data import Dictionary
+    from torch.profiler import ProfilerActivity, profile
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
+    model = AstT5Model.from_dictionary(d, attention_backend="triton", **kwargs).cuda().train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
+    reference.load_state_dict(model.state_dict())
+    src = torch.randint(4, len(d), (4, 200), device="cuda")
+    src[1, -60:] = d.pad()
+    prev = torch.randint(4, len(d), (4, 136), device="cuda")
+    compiled = torch.compile(model)
+    loss = compiled(src, None, prev)[0].float().logsumexp(-1).mean()
+    loss.backward()
+    ref = reference(src, None, prev)[0].float().logsumexp(-1).mean()
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-4
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() < 1e-3 * (p_ref.grad.abs().max() + 1e-6), name
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        compiled(src, None, prev)[0].float().logsumexp(-1).mean().backward()
+        torch.cuda.synchronize()
+    names = " ".join(e.key for e in prof.key_averages())
+    assert "_fwd_kernel" in names and "_bwd_dkdv_kernel" in names and "_bwd_dq_kernel" in names, names
