@@ -269,6 +269,33 @@ def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch
         assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
 
 
+@cpu_only
+def test_activation_checkpointing_recomputes_the_same_dropout_mask():
+    """checkpoint_activations=true recomputes each layer in backward: the kernel's seed comes from
+    PyTorch's generator, whose state the checkpoint restores, so gradients with attention dropout
+    are exactly those without checkpointing."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.2, attention_backend="triton")
+    plain = AstT5Model.from_dictionary(d, **kwargs).train()
+    checkpointed = AstT5Model.from_dictionary(d, checkpoint_activations=True, **kwargs).train()
+    checkpointed.load_state_dict(plain.state_dict())
+    src = torch.randint(4, len(d), (2, 19), generator=torch.Generator().manual_seed(0))
+    src[1, -5:] = d.pad()
+    prev = torch.randint(4, len(d), (2, 11), generator=torch.Generator().manual_seed(1))
+    for model in (plain, checkpointed):
+        torch.manual_seed(3)
+        model(src, None, prev)[0].logsumexp(-1).mean().backward()
+    for p, p_ckpt in zip(plain.parameters(), checkpointed.parameters()):
+        assert torch.equal(p.grad, p_ckpt.grad)
+
+
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
 def test_kernels_compile_for_hopper_without_spills():
     """What the interpreter cannot check: the kernels compile for sm90 (Triton's compiler and
