@@ -65,7 +65,8 @@ def compile_kernel(fn, dtype, consts, arch, num_warps):
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
-    src = ASTSource(fn, _signature(fn, dtype, consts), constexprs={(fn.arg_names.index(k),): v for k, v in consts.items()})
+    constexprs = {(fn.arg_names.index(name),): value for name, value in consts.items()}
+    src = ASTSource(fn, _signature(fn, dtype, consts), constexprs=constexprs)
     return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=2))
 
 
@@ -94,7 +95,8 @@ def main(argv=None) -> int:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
     spills = 0
-    print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<12} {'regs':>4} {'stack':>5} {'smem':>6} {'s':>5}")
+    print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<12} "
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'s':>5}")
     for arch, head_dim, variant in itertools.product(args.arch, args.head_dims, args.variants):
         padded, causal, dropout = VARIANTS[variant]
         block_m, block_n, block_bwd, warps = tra.default_blocks(head_dim, torch.device("cuda"), dropout)

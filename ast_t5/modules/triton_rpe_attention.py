@@ -15,8 +15,9 @@ load (L1-resident, 2 M + 1 floats) otherwise. No (T, S) or (B, H, T, S) tensor i
 
 Masks: key padding is a (B, S) byte vector loaded per key tile; causality compares indices;
 out-of-range rows and columns of partial tiles are masked. A query row whose keys are all masked
-gets a zero output and zero gradients (FlashAttention's convention; the dense backends give the
-mean of v there instead; such rows never occur with T5 inputs, where every row has a key).
+gets a zero output and zero gradients (FlashAttention's convention; the dense backends give a
+bias-weighted average of all values there; neither means anything, and T5's inputs have such
+rows only for a sequence that is padding throughout).
 
 Dropout: Philox (``tl.rand``) keyed by one int64 seed drawn per call from PyTorch's generator of
 q's device (``torch.randint`` on that device, no host sync), so ``torch.manual_seed`` reproduces
@@ -33,7 +34,7 @@ Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
 The table gradient d per_distance[h, t] = sum over b and over pairs (i, j) with
 clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dK/dV kernel, never per element:
 - a tile whose distances all lie <= -M (or >= +M) adds its whole dS sum to one fp32 scalar of the
-  program (one tile reduction, the cost the backward already pays for delta-like sums);
+  program (one tile reduction);
 - a tile that crosses the band (-M, M) (requires square tiles) is skewed with one ``tl.gather``
   along the key axis (row i rotated by i), so that two masked column sums give its 2 BLOCK - 1
   diagonal sums; those are added into the program's fp32 accumulator of the 2 M + 1 distances
@@ -43,9 +44,10 @@ clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dK/dV kernel, neve
   (bytes: 4 (2 M + 1) per program, under 1 MB at B16 H12 T1024), which PyTorch sums.
 
 Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
-accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any head size up to 256 (padded to a power of
-two, at least 16), any T and S (T != S allowed; causal requires T == S), per_distance (H, 2 M + 1) in any float
-dtype (read and accumulated in fp32; its gradient is returned in its dtype).
+accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any strides with a unit last one, any
+head size up to 256 (padded to a power of two, at least 16), any T and S (T != S allowed; causal
+requires T == S), fewer than 2^31 elements per tensor (int32 offsets), per_distance (H, 2 M + 1)
+in any float dtype (read and accumulated in fp32; its gradient is returned in its dtype).
 
 Tiles (`default_blocks`): the largest for which ptxas reports no register spills on sm80/sm90
 (`benchmarks/compile_triton_rpe.py` compiles the kernels without a GPU), except dK/dV at D 64
@@ -89,6 +91,8 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return f"dtype {q.dtype} (needs fp16, bf16 or fp32, the same for q, k, v)"
     if not 1 <= q.size(-1) <= 256 or v.size(-1) != q.size(-1):
         return f"head size {q.size(-1)} (needs <= 256, v's the same)"
+    if max(q.numel(), k.numel()) >= 2 ** 31:
+        return "tensors of 2^31 elements or more (the kernels use int32 offsets)"
     if not per_distance.is_floating_point() or per_distance.dim() != 2 or per_distance.size(0) != q.size(1):
         return "per_distance must be a float (H, 2 M + 1) tensor"
     return None
