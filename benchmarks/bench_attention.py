@@ -22,6 +22,8 @@ gradient reaching the table, as in the model:
 - triton: the ``triton`` backend (ast_t5/modules/triton_rpe_attention.py): our tiled Triton kernel
   reading the (H, 2 M + 1) vector, with dropout, padding and the table gradient reduced per
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
+  ``--triton-blocks BM,BN,BB,WARPS ...`` adds one row per tile configuration (``triton:...``), to
+  tune `triton_rpe_attention.default_blocks` from one run;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
   attention run; the lower bound for a biased kernel).
@@ -65,6 +67,9 @@ def parse_args(argv=None):
                    help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    p.add_argument("--triton-blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS",
+                   help="extra `triton` rows with these tiles (forward BLOCK_M, BLOCK_N, backward BLOCK, "
+                        "num_warps), e.g. 128,64,64,8 64,64,32,4: to tune triton_rpe_attention.default_blocks")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -85,6 +90,13 @@ def parse_args(argv=None):
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
+    try:
+        args.triton_blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.triton_blocks]
+    except ValueError:
+        p.error("--triton-blocks: each value is BM,BN,BB,WARPS (integers)")
+    if any(len(b) != 4 or min(b) < 1 or b[2] < 16 for b in args.triton_blocks):
+        p.error("--triton-blocks: four positive integers each, the backward block >= 16")
+    args.backends = list(args.backends) + ["triton:" + "x".join(map(str, b)) for b in args.triton_blocks]
     if min(args.lengths) < 2 or args.batch < 1 or args.heads < 1 or args.head_dim < 1 or args.repeats < 1:
         p.error("lengths must be >= 2 and batch, heads, head-dim, repeats >= 1")
     return args
@@ -135,6 +147,19 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         return run if backward else _without_grad(run)
     if name in ("flex", "flex-distance") and dropout > 0:
         return None
+    if name.startswith("triton:"):  # a tile configuration under test (--triton-blocks)
+        from ast_t5.modules import triton_rpe_attention as tra
+
+        blocks = tuple(int(x) for x in name.split(":")[1].split("x"))
+
+        def run_blocks():
+            saved, tra.BLOCKS_OVERRIDE = tra.BLOCKS_OVERRIDE, blocks
+            try:
+                folded, _, _ = ab.fold_masks("triton", table(length, length), pad, False, dtype=dtype)
+                return finish(ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton"))
+            finally:
+                tra.BLOCKS_OVERRIDE = saved
+        return run_blocks if backward else _without_grad(run_blocks)
     if name == "flex-distance":
         def run_distance():
             saved, ab.FLEX_TABLE_GRAD = ab.FLEX_TABLE_GRAD, "distance"
@@ -211,7 +236,7 @@ def available(name, device) -> Optional[str]:
 
         ok, reason = fused_ops.fused_backend_status(device)
         return None if ok else reason
-    if name == "triton":
+    if name.split(":")[0] == "triton":
         from ast_t5.modules import triton_rpe_attention as tra
 
         if tra.triton is None:
@@ -223,8 +248,10 @@ def available(name, device) -> Optional[str]:
 
 def condition_winner(rows: List[Dict]) -> Optional[Dict]:
     """The fastest biased backend of one condition that ran as itself (not through a fallback)."""
-    own = [r for r in rows if r.get("ms") is not None and r["backend"] in OWN_KERNELS
-           and r.get("ran", "").split("+")[0] in OWN_KERNELS[r["backend"]]]
+    def kind(row):
+        return row["backend"].split(":")[0]
+    own = [r for r in rows if r.get("ms") is not None and kind(r) in OWN_KERNELS
+           and r.get("ran", "").split("+")[0] in OWN_KERNELS[kind(r)]]
     if not own:
         return None
     best = min(own, key=lambda r: r["ms"])
@@ -243,7 +270,7 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
     print(f"# attention fwd+bwd, B{args.batch} H{args.heads} D{args.head_dim} {args.dtype} on "
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
           f"median of {args.repeats}; floor at {args.peak_tflops:g} TFLOP/s")
-    header = f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<13} {'ran':<22} {'ms':>9} {'TFLOP/s':>8} {'floor ms':>8} {'err/ref':>7} {'x sdpa':>6}"
+    header = f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<20} {'ran':<22} {'ms':>9} {'TFLOP/s':>8} {'floor ms':>8} {'err/ref':>7} {'x sdpa':>6}"
     print(header)
     for length in args.lengths:
         for dropout in args.dropouts:
@@ -316,7 +343,7 @@ def format_row(row) -> str:
     ran = row.get("ran", row.get("note", ""))[:22]
     if row.get("pass") == "fwd":
         ran = (ran + " (fwd)")[:22]
-    return (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<13} "
+    return (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<20} "
             f"{ran:<22} {ms:>9} {tf:>8} {row['floor_ms']:>8.3f} {err:>7} {xs:>6}")
 
 

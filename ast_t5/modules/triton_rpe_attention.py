@@ -345,6 +345,9 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
+BLOCKS_OVERRIDE = None  # (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps) for every call: tuning runs
+
+
 def default_blocks(head_dim: int, device: torch.device, dropout: bool = False):
     """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps).
 
@@ -465,7 +468,7 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     kpm = None
     if key_padding_mask is not None:
         kpm = key_padding_mask.to(device=q.device, dtype=torch.uint8).contiguous()
-    blocks = tuple(blocks or default_blocks(q.size(-1), q.device, dropout_p > 0))
+    blocks = tuple(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device, dropout_p > 0))
     if blocks[2] < 16:
         raise ValueError("the backward block must be >= 16 (tl.dot)")
     return _TritonRPEAttention.apply(q, k, v, per_distance, kpm, causal, dropout_p, scale, blocks)

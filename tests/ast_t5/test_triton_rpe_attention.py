@@ -296,6 +296,34 @@ def test_activation_checkpointing_recomputes_the_same_dropout_mask():
         assert torch.equal(p.grad, p_ckpt.grad)
 
 
+@cpu_only
+def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
+    """bench_attention.py's CPU smoke run with the triton rows (interpreter): the kernel ran as
+    itself (no fallback), its error is PyTorch's order, tile variants get their own rows, and
+    every condition names a winner in the JSON."""
+    import importlib.util
+    import json
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_attention.py")
+    spec = importlib.util.spec_from_file_location("bench_attention_triton", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "attention.json"
+    assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4", "--lengths", "24",
+                       "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
+                       "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
+    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4") for p in (0.0, 0.1)}
+    for (backend, dropout), row in rows.items():
+        assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
+        if backend != "sdpa":
+            assert row["ran"] == "triton-rpe", row
+        if dropout == 0.0:
+            assert row["err_ratio"] < 3.0, row
+    assert len(payload["winners"]) == 2
+
+
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
 def test_kernels_compile_for_hopper_without_spills():
     """What the interpreter cannot check: the kernels compile for sm90 (Triton's compiler and
