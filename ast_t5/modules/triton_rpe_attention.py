@@ -95,6 +95,8 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return "tensors of 2^31 elements or more (the kernels use int32 offsets)"
     if not per_distance.is_floating_point() or per_distance.dim() != 2 or per_distance.size(0) != q.size(1):
         return "per_distance must be a float (H, 2 M + 1) tensor"
+    if per_distance.size(1) < 3 or per_distance.size(1) % 2 == 0:
+        return f"per_distance has {per_distance.size(1)} distances (needs 2 M + 1 with M >= 1)"
     return None
 
 
