@@ -50,9 +50,13 @@ requires T == S), fewer than 2^31 elements per tensor (int32 offsets), per_dista
 in any float dtype (read and accumulated in fp32; its gradient is returned in its dtype).
 
 Tiles (`default_blocks`): the largest for which ptxas reports no register spills on sm80/sm90
-(`benchmarks/compile_triton_rpe.py` compiles the kernels without a GPU), except dK/dV at D 64
-without dropout (64 x 64 tiles), which keeps a 16-byte spill on sm80 and 40 bytes causal on sm90
-rather than halve its tiles. Not tuned for speed: that needs the GPU benchmark.
+(`benchmarks/compile_triton_rpe.py` compiles the kernels without a GPU), but for a few variants
+that keep a spill of 8-24 bytes rather than halve their tiles (dK/dV at D 64 without dropout on
+sm80 and causal on sm90; two forward variants on sm80). Not tuned for speed: that needs the GPU
+benchmark (its --triton-blocks option).
+
+Masks cost only where needed: without key padding, a tile is masked only if it holds keys past
+S or (causal) crosses the diagonal; interior tiles skip the mask.
 
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
@@ -135,6 +139,16 @@ if triton is not None:
         return valid
 
     @triton.jit
+    def _edge_tile(start_m, start_n, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+        """Whether a tile without key padding needs masking: it holds keys past S or, causal,
+        keys after some of its queries. (Queries past T need none: the forward stores nothing
+        for them and the backward's lse = +inf makes their probabilities 0.)"""
+        edge = start_n + BLOCK_N > S
+        if CAUSAL:
+            edge = edge | (start_n + BLOCK_N - 1 > start_m)
+        return edge
+
+    @triton.jit
     def _keep(seed, bh, offs_m, offs_n, T, S, dropout_p):
         """Dropout keep mask of a tile (Philox counter = linear index of (b, h, i, j))."""
         lin = (bh.to(tl.int64) * T + offs_m[:, None].to(tl.int64)) * S + offs_n[None, :].to(tl.int64)
@@ -174,7 +188,10 @@ if triton is not None:
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * scale
             s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK_M, BLOCK_N, M)
-            s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+            if HAS_KPM:
+                s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):  # interior tiles: no mask
+                s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.exp(s - m_safe[:, None])
@@ -239,8 +256,11 @@ if triton is not None:
             delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * scale
             s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK, BLOCK, M)
-            valid = _tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL)
-            p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
+            p = tl.exp(s - lse[:, None])  # 0 for queries past T (lse = +inf)
+            if HAS_KPM:
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            elif _edge_tile(start_m, start_n, S, BLOCK, BLOCK, CAUSAL):
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             dp = _dot(do, tl.trans(v), PRECISION)
             if DROPOUT:
                 keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)
@@ -319,8 +339,11 @@ if triton is not None:
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * scale
             s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK_M, BLOCK_N, M)
-            valid = _tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL)
-            p = tl.where(valid, tl.exp(s - lse[:, None]), 0.0)
+            p = tl.exp(s - lse[:, None])  # 0 for queries past T (lse = +inf)
+            if HAS_KPM:
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             dp = _dot(do, tl.trans(v), PRECISION)
             if DROPOUT:
                 keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)

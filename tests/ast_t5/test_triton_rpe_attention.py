@@ -116,7 +116,7 @@ CASES = [  # (T, S, D, M, causal, padding, blocks)
     (37, 37, 32, 8, False, False, SMALL),   # far tiles on both sides (|distance| >= M) and near ones
     (37, 37, 32, 8, True, True, SMALL),     # causal + padding
     (29, 45, 64, 8, False, True, SMALL),    # cross shapes (T != S), padding, D 64
-    (37, 37, 8, 40, False, False, None),    # M beyond the sequence (no clamped tile), D 8 padded to 16
+    (37, 37, 8, 40, True, False, None),     # causal without padding, M beyond T, D 8 padded to 16
 ]
 
 
