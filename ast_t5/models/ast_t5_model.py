@@ -103,6 +103,15 @@ class AstT5Model(FairseqEncoderDecoderModel):
             if not ok:  # not an error yet: a CPU machine may build the model only to convert it
                 logger.warning("attention_backend=fused cannot run in this process (%s); the first "
                                "forward will raise. Use auto to fall back.", reason)
+        if str(cfg.attention_backend) == "triton":
+            from ast_t5.modules import triton_rpe_attention as tra
+
+            reason = None if tra.triton is not None else tra.TRITON_IMPORT_ERROR
+            if reason is None and not torch.cuda.is_available() and not tra.INTERPRETED:
+                reason = "no CUDA device, and the kernels were not imported under TRITON_INTERPRET=1"
+            if reason is not None:
+                logger.warning("attention_backend=triton cannot run in this process (%s); biased "
+                               "attention will run on sdpa (logged once per kind of call).", reason)
         logger.info("ast_t5 %s: %s parameters (%s without embeddings), attention backend %s",
                     cfg.family, f"{model.num_parameters():,}", f"{model.num_parameters(False):,}",
                     cfg.attention_backend)

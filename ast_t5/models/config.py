@@ -80,7 +80,9 @@ class AstT5Config(FairseqDataclass):
     activation_dropout: float = field(default=0.0, metadata={"help": "dropout inside the feed-forward block"})
     attention_backend: AttentionBackendChoice = field(
         default="auto", metadata={"help": "attention implementation: " + ", ".join(ATTENTION_BACKENDS)
-                                  + " (auto follows attention_backends.AUTO_TABLE and logs each choice once)"})
+                                  + " (auto follows attention_backends.AUTO_TABLE and logs each choice once; triton: our "
+                                  "Triton kernel with the bias per distance, dropout and the table "
+                                  "gradient, CUDA only, not measured yet so never picked by auto)"})
     fused_norm_ffn: FusedNormFfnChoice = field(
         default="auto", metadata={"help": "RMSNorm and gated GELU (t5_v11): eager (PyTorch ops), liger "
                                   "(liger-kernel's Triton kernels, CUDA, the [gpu] extra; same parameters) "

@@ -29,6 +29,13 @@
   length; a new dtype, head count, head size or mask kind (none / padding / causal) compiles once
   more. On CPU (tests, forward only) each length compiles its own static graph. Inside a
   torch.compile'd model the call is traced into the model's graph instead.
+- ``triton``: our tiled Triton kernel (`triton_rpe_attention`) for biased calls: the bias read per
+  clamped distance from the (H, 2 M + 1) vector inside the kernel (no (T, S) tensor in forward or
+  backward), padding and causality as in-kernel masks, attention dropout from a Philox stream
+  seeded by PyTorch's generator, and the table's gradient reduced per distance in its backward.
+  Bias-free calls use ``flash``; calls it cannot take (no triton, CPU tensors without
+  TRITON_INTERPRET=1 at import, a dense bias, cached decoding with queries offset from the keys,
+  fp64) go to ``sdpa``, logged once. Not measured on a GPU yet, so not in `AUTO_TABLE`.
 - ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
   choice is logged once. On CPU: ``sdpa`` (as measured by benchmarks/bench_model.py).
 
@@ -52,7 +59,7 @@ from .relative_position_bias import RelativeBias
 
 logger = logging.getLogger(__name__)
 
-ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash", "flex")
+ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash", "flex", "triton")
 FLEX_MIN_QUERIES = 128  # shorter query blocks (incremental decoding) stay on sdpa: no recompiles
 # How `flex` gets the bucket table's gradient when one is needed (training):
 # - "dense": the score_mod reads a (1, H, T, S) float32 bias built once per stack from the
@@ -243,6 +250,8 @@ def _flash(q, k, v, key_padding_mask, causal, dropout_p, scale):
             _count("torch-varlen")
             return torch_varlen_bshd(q, k, v, key_padding_mask, scale)
         return None  # PyTorch's flash SDPA takes no mask
+    if not q.is_cuda and dropout_p > 0.0:
+        return None  # PyTorch's CPU flash kernel has no dropout ("No available kernel")
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
     log_once("attention backend flash: using PyTorch's built-in flash SDPA kernel")
@@ -361,6 +370,26 @@ def _flex(q, k, v, bias: "FoldedBias", scale):
     return call(q, k, v, per_distance, dense, bias.block_mask(q.device), scale)
 
 
+def _triton_unsupported(q, k, v, bias) -> Optional[str]:
+    """Why a biased call cannot run on the triton kernel, or None."""
+    rel = bias.rel if isinstance(bias, FoldedBias) else bias
+    if not isinstance(rel, RelativeBias):
+        return "a dense bias tensor has no per-distance form"
+    if rel.query_offset != 0:
+        return "a cached decoding step (queries offset from the keys)"
+    from . import triton_rpe_attention
+
+    return triton_rpe_attention.unsupported_reason(q, k, v, rel.per_distance)
+
+
+def _triton(q, k, v, bias: "FoldedBias", dropout_p, scale):
+    from .triton_rpe_attention import triton_rpe_attention
+
+    _count("triton-rpe")
+    return triton_rpe_attention(q, k, v, bias.rel.per_distance, key_padding_mask=bias.key_padding_mask,
+                                causal=bias.causal, dropout_p=dropout_p, scale=scale)
+
+
 def _needs_table_grad(rel: RelativeBias) -> bool:
     return torch.is_grad_enabled() and rel.per_distance.requires_grad
 
@@ -374,7 +403,8 @@ class FoldedBias:
     graph dedupes it, so that no traced code mutates this object).
     """
 
-    def __init__(self, rel: RelativeBias, key_padding_mask, causal: bool, dense: Optional[torch.Tensor]):
+    def __init__(self, rel: RelativeBias, key_padding_mask, causal: bool, dense: Optional[torch.Tensor],
+                 flex: bool = True):
         self.rel = rel
         self.key_padding_mask = key_padding_mask
         self.causal = causal
@@ -382,7 +412,7 @@ class FoldedBias:
         self._block_mask = None
         self._has_block_mask = False
         self._flex_dense = None
-        if FLEX_TABLE_GRAD == "dense" and _needs_table_grad(rel) and rel.per_distance.is_cuda:
+        if flex and FLEX_TABLE_GRAD == "dense" and _needs_table_grad(rel) and rel.per_distance.is_cuda:
             # built here, once per stack, outside any layer's activation checkpoint
             self._flex_dense = rel.dense().float()
 
@@ -419,7 +449,7 @@ BiasLike = Union[torch.Tensor, RelativeBias, FoldedBias]
 def resolve_backend(backend: str, device: torch.device, has_bias: bool, dtype: torch.dtype = torch.float32,
                     dropout_p: float = 0.0, q_len: int = 0) -> str:
     """The backend a call will start from: ``auto`` resolved by `AUTO_TABLE`; ``flash`` with a
-    bias, and ``flex`` with dropout, -> ``sdpa``; bias-free ``flex`` -> ``flash``."""
+    bias, and ``flex`` with dropout, -> ``sdpa``; bias-free ``flex``/``triton`` -> ``flash``."""
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
     if backend == "auto":
@@ -431,7 +461,7 @@ def resolve_backend(backend: str, device: torch.device, has_bias: bool, dtype: t
     if backend == "flash" and has_bias:
         log_once("attention backend flash: biased attention (relative positions) -> sdpa")
         return "sdpa"
-    if backend == "flex" and not has_bias:
+    if backend in ("flex", "triton") and not has_bias:
         return "flash"
     if backend == "flex" and dropout_p > 0:
         log_once("attention backend flex: FlexAttention has no dropout; calls with attention dropout -> sdpa")
@@ -465,6 +495,7 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
       dense (1 or B, H, T, S) bias, cast to ``dtype`` with masked entries at its lowest finite value.
     - ``fused``: the dense bias, masks unchanged (the kernel broadcasts them itself).
     - ``flex``: a `FoldedBias` (bias per distance + block mask); no dense bias is built.
+    - ``triton``: a `FoldedBias` (bias per distance + the masks the kernel applies itself).
     - ``auto`` on CUDA: what `AUTO_TABLE` gives for ``dropout_p``. When the caller does not say
       (``dropout_p=None``): with autograd on (training, usually with attention dropout) a
       `FoldedBias` that also holds the dense mask, built here once for all layers; with autograd
@@ -482,6 +513,8 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
     device = bias.device
+    if isinstance(bias, RelativeBias) and backend == "triton":
+        return FoldedBias(bias, key_padding_mask, causal, None, flex=False), None, False
     if isinstance(bias, RelativeBias) and (backend == "flex" or (backend == "auto" and device.type == "cuda")):
         dense = None
         if backend == "auto":
@@ -525,22 +558,29 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if reason is not None:
             log_once("attention backend flex: %s -> sdpa for those calls", reason)
             backend = "sdpa"
+    if backend == "triton":
+        reason = _triton_unsupported(q, k, v, bias)
+        if reason is not None:
+            log_once("attention backend triton: %s -> sdpa for those calls", reason)
+            backend = "sdpa"
     if isinstance(bias, RelativeBias):
-        if backend == "flex":
-            bias = FoldedBias(bias, key_padding_mask, causal, None)
+        if backend in ("flex", "triton"):
+            bias = FoldedBias(bias, key_padding_mask, causal, None, flex=backend == "flex")
             key_padding_mask, causal = None, False
         else:
             bias = bias.dense()
     if isinstance(bias, FoldedBias):
         if backend == "flex":
             return _flex(q, k, v, bias, scale)
+        if backend == "triton":
+            return _triton(q, k, v, bias, dropout_p, scale)
         bias = bias.dense_mask(q.dtype)
     if backend == "flash":
         out = _flash(q, k, v, key_padding_mask, causal, dropout_p, scale)
         if out is not None:
             return out
-        log_once("attention backend flash: padded keys with dropout or causality, or no varlen kernel "
-                 "-> sdpa for those calls")
+        log_once("attention backend flash: padded keys with dropout or causality, no varlen kernel, or "
+                 "dropout on CPU -> sdpa for those calls")
         backend = "sdpa"
     masked = _boolean_mask(key_padding_mask, causal, q.size(2), k.size(2), q.device)
     if backend == "sdpa":

@@ -1,0 +1,530 @@
+"""Tiled (FlashAttention-2 style) Triton attention with T5's relative-position bias read per
+distance, attention dropout, and the bias table's gradient reduced per distance in the kernel.
+
+    out = dropout_p(softmax(scale * q k^T + bias + masks)) v,
+    bias[b, h, i, j] = per_distance[h, clamp(j - i, -M, M) + M]
+
+The ``triton`` attention backend (`attention_backends`). Written for this project after reading
+the FlashAttention-2 paper (Dao, 2023): no code of other projects is copied.
+
+Forward (one program per (query block, batch x head)): loops over key blocks with an online
+softmax (running max and sum in fp32), saves the log-sum-exp per query row for the backward. The
+bias of a tile is read from the (H, 2 M + 1) vector by pointer arithmetic: one scalar load when
+every distance of the tile lies beyond -M or +M (most tiles of a long sequence), a clamped gather
+load (L1-resident, 2 M + 1 floats) otherwise. No (T, S) or (B, H, T, S) tensor is ever built.
+
+Masks: key padding is a (B, S) byte vector loaded per key tile; causality compares indices;
+out-of-range rows and columns of partial tiles are masked. A query row whose keys are all masked
+gets a zero output and zero gradients (FlashAttention's convention; the dense backends give a
+bias-weighted average of all values there; neither means anything, and T5's inputs have such
+rows only for a sequence that is padding throughout).
+
+Dropout: Philox (``tl.rand``) keyed by one int64 seed drawn per call from PyTorch's generator of
+q's device (``torch.randint`` on that device, no host sync), so ``torch.manual_seed`` reproduces
+it; the counter of element (b, h, i, j) is its linear index ((b H + h) T + i) S + j, so the
+backward regenerates the same keep mask (keep where u >= p, kept values scaled by 1 / (1 - p)).
+`dropout_keep_mask` materialises that mask (tests, the eager reference).
+
+Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
+- dK/dV: one program per (key block, batch x head) looping over query blocks; it recomputes
+  P = exp(s - lse), dV += P_drop^T dO, dP = dO V^T (dropout mask applied), dS = P (dP - delta)
+  with delta = rowsum(dO * O) (computed by PyTorch beforehand), dK += dS^T Q.
+- dQ: one program per (query block, batch x head) looping over key blocks, dQ += dS K.
+
+The table gradient d per_distance[h, t] = sum over b and over pairs (i, j) with
+clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dK/dV kernel, never per element:
+- a tile whose distances all lie <= -M (or >= +M) adds its whole dS sum to one fp32 scalar of the
+  program (one tile reduction);
+- a tile that crosses the band (-M, M) (requires square tiles) is skewed with one ``tl.gather``
+  along the key axis (row i rotated by i), so that two masked column sums give its 2 BLOCK - 1
+  diagonal sums; those are added into the program's fp32 accumulator of the 2 M + 1 distances
+  by two 1-D gathers (cost per such tile: one BLOCK x BLOCK gather and two masked reductions,
+  plus O(2 M) for the accumulator; tiles beyond the band pay nothing);
+- each program writes its accumulator once to a (B H, key blocks, 2 M + 1) fp32 partial buffer
+  (bytes: 4 (2 M + 1) per program, under 1 MB at B16 H12 T1024), which PyTorch sums.
+
+Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
+accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any strides with a unit last one, any
+head size up to 256 (padded to a power of two, at least 16), any T and S (T != S allowed; causal
+requires T == S), fewer than 2^31 elements per tensor (int32 offsets), per_distance (H, 2 M + 1)
+in any float dtype (read and accumulated in fp32; its gradient is returned in its dtype).
+
+Tiles (`default_blocks`): the largest for which ptxas reports no register spills on sm80/sm90
+(`benchmarks/compile_triton_rpe.py` compiles the kernels without a GPU), but for a few variants
+that keep a spill of 8-24 bytes rather than halve their tiles (dK/dV at D 64 without dropout on
+sm80 and causal on sm90; two forward variants on sm80). Not tuned for speed: that needs the GPU
+benchmark (its --triton-blocks option).
+
+Masks cost only where needed: without key padding, a tile is masked only if it holds keys past
+S or (causal) crosses the diagonal; interior tiles skip the mask.
+
+Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
+Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
+that on hosts without CUDA. Speed is not measured yet: `benchmarks/bench_attention.py --device
+cuda` has its row (BENCHMARKS.md); until it beats flex/sdpa there, ``auto`` does not pick it.
+"""
+import os
+from typing import Optional
+
+import torch
+
+try:
+    import triton
+    import triton.language as tl
+    from triton import knobs as _knobs
+
+    TRITON_IMPORT_ERROR: Optional[str] = None
+except Exception as e:  # noqa: BLE001 - any import failure means "no triton here"
+    triton = None
+    TRITON_IMPORT_ERROR = f"{type(e).__name__}: {e}"
+
+# Whether the kernels below were decorated in interpreter mode (decided by Triton at import time).
+INTERPRETED = bool(triton is not None and (_knobs.runtime.interpret or os.environ.get("TRITON_INTERPRET") == "1"))
+
+
+def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       per_distance: torch.Tensor) -> Optional[str]:
+    """Why `triton_rpe_attention` cannot take these inputs here, or None."""
+    if triton is None:
+        return f"triton is not importable ({TRITON_IMPORT_ERROR})"
+    if q.is_cuda and INTERPRETED:
+        return "the kernels were imported under TRITON_INTERPRET=1 (interpreter) on a CUDA tensor"
+    if not q.is_cuda and not INTERPRETED:
+        return "CPU tensors need Triton's interpreter (import with TRITON_INTERPRET=1)"
+    if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
+        return f"dtype {q.dtype} (needs fp16, bf16 or fp32, the same for q, k, v)"
+    if not 1 <= q.size(-1) <= 256 or v.size(-1) != q.size(-1):
+        return f"head size {q.size(-1)} (needs <= 256, v's the same)"
+    if max(q.numel(), k.numel()) >= 2 ** 31:
+        return "tensors of 2^31 elements or more (the kernels use int32 offsets)"
+    if not per_distance.is_floating_point() or per_distance.dim() != 2 or per_distance.size(0) != q.size(1):
+        return "per_distance must be a float (H, 2 M + 1) tensor"
+    if per_distance.size(1) < 3 or per_distance.size(1) % 2 == 0:
+        return f"per_distance has {per_distance.size(1)} distances (needs 2 M + 1 with M >= 1)"
+    return None
+
+
+if triton is not None:
+    @triton.jit
+    def _dot(a, b, PRECISION: tl.constexpr):
+        """a @ b with fp32 accumulation. PRECISION "upcast": in fp32 (Triton's interpreter
+        multiplies bf16 operands wrongly, so interpreted bf16 runs take this path)."""
+        if PRECISION == "upcast":
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+        return tl.dot(a, b, input_precision=PRECISION)
+
+    @triton.jit
+    def _tile_bias(pd_row, offs_m, offs_n, start_m, start_n,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M: tl.constexpr):
+        """(BLOCK_M, BLOCK_N) fp32 bias of a tile: per_distance[h, clamp(j - i, -M, M) + M]."""
+        if start_n + BLOCK_N - 1 - start_m <= -M:  # every distance clamps to -M
+            bias = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + tl.load(pd_row)
+        elif start_n - (start_m + BLOCK_M - 1) >= M:  # every distance clamps to +M
+            bias = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + tl.load(pd_row + 2 * M)
+        else:
+            dist = offs_n[None, :] - offs_m[:, None]
+            idx = tl.minimum(tl.maximum(dist, -M), M) + M
+            bias = tl.load(pd_row + idx)
+        return bias
+
+    @triton.jit
+    def _tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
+        """(BLOCK_M, BLOCK_N) bool: the pair exists and is not masked."""
+        valid = (offs_m[:, None] < T) & (offs_n[None, :] < S)
+        if HAS_KPM:
+            padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
+            valid = valid & (padded[None, :] == 0)
+        if CAUSAL:
+            valid = valid & (offs_n[None, :] <= offs_m[:, None])
+        return valid
+
+    @triton.jit
+    def _edge_tile(start_m, start_n, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+        """Whether a tile without key padding needs masking: it holds keys past S or, causal,
+        keys after some of its queries. (Queries past T need none: the forward stores nothing
+        for them and the backward's lse = +inf makes their probabilities 0.)"""
+        edge = start_n + BLOCK_N > S
+        if CAUSAL:
+            edge = edge | (start_n + BLOCK_N - 1 > start_m)
+        return edge
+
+    @triton.jit
+    def _keep(seed, bh, offs_m, offs_n, T, S, dropout_p):
+        """Dropout keep mask of a tile (Philox counter = linear index of (b, h, i, j))."""
+        lin = (bh.to(tl.int64) * T + offs_m[:, None].to(tl.int64)) * S + offs_n[None, :].to(tl.int64)
+        return tl.rand(seed, lin) >= dropout_p
+
+    @triton.jit
+    def _fwd_kernel(Q, K, V, PD, KPM, SEED, O, LSE,
+                    sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t,
+                    H, T, S, D, scale, dropout_p,
+                    M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                    PRECISION: tl.constexpr):
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        start_m = pid_m * BLOCK_M
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d[None, :] < D
+        q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :],
+                    mask=(offs_m[:, None] < T) & d_ok, other=0.0)
+        pd_row = PD + h * (2 * M + 1)
+        kpm_ptr = KPM + b * S
+        seed = 0
+        if DROPOUT:
+            seed = tl.load(SEED)
+        m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
+        l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        hi = S
+        if CAUSAL:
+            hi = tl.minimum(S, start_m + BLOCK_M)
+        for start_n in range(0, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            kv_ok = (offs_n[:, None] < S) & d_ok
+            k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            s = _dot(q, tl.trans(k), PRECISION) * scale
+            s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK_M, BLOCK_N, M)
+            if HAS_KPM:
+                s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):  # interior tiles: no mask
+                s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp(s - m_safe[:, None])
+            alpha = tl.exp(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if DROPOUT:
+                keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)
+                p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+            v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION)
+            m_i = m_new
+        has_key = l_i > 0.0
+        out = acc / tl.where(has_key, l_i, 1.0)[:, None]
+        tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], out.to(O.dtype.element_ty),
+                 mask=(offs_m[:, None] < T) & d_ok)
+        lse = tl.where(has_key, m_i + tl.log(tl.where(has_key, l_i, 1.0)), float("inf"))
+        tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
+
+    @triton.jit
+    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DK, DV, DTAB,
+                         sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
+                         sg_b, sg_h, sg_t,
+                         H, T, S, D, scale, dropout_p,
+                         M: tl.constexpr, TAB: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
+                         DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
+                         BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+        pid_n = tl.program_id(0)
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        start_n = pid_n * BLOCK
+        offs_n = start_n + tl.arange(0, BLOCK)
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d[None, :] < D
+        kv_ok = (offs_n[:, None] < S) & d_ok
+        k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
+        v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
+        pd_row = PD + h * (2 * M + 1)
+        kpm_ptr = KPM + b * S
+        seed = 0
+        if DROPOUT:
+            seed = tl.load(SEED)
+        dk = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+        dv = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+        tab = tl.zeros((TAB,), dtype=tl.float32)  # exact distances -M < d < M (entry d + M)
+        far_lo = tl.sum(tl.zeros((BLOCK,), dtype=tl.float32), 0)  # distances <= -M
+        far_hi = tl.sum(tl.zeros((BLOCK,), dtype=tl.float32), 0)  # distances >= +M
+        t_idx = tl.arange(0, TAB)
+        rows = tl.arange(0, BLOCK)[:, None]
+        cols = tl.arange(0, BLOCK)[None, :]
+        wraps = rows + cols >= BLOCK
+        skew = (rows + cols) % BLOCK
+        lo = 0
+        if CAUSAL:
+            lo = start_n  # queries before the block's first key see none of it
+        for start_m in range(lo, T, BLOCK):
+            offs_m = start_m + tl.arange(0, BLOCK)
+            q_ok = (offs_m[:, None] < T) & d_ok
+            q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :], mask=q_ok, other=0.0)
+            do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :], mask=q_ok, other=0.0)
+            lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
+            delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+            s = _dot(q, tl.trans(k), PRECISION) * scale
+            s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK, BLOCK, M)
+            p = tl.exp(s - lse[:, None])  # 0 for queries past T (lse = +inf)
+            if HAS_KPM:
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            elif _edge_tile(start_m, start_n, S, BLOCK, BLOCK, CAUSAL):
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            dp = _dot(do, tl.trans(v), PRECISION)
+            if DROPOUT:
+                keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)
+                p_drop = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+                dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+            else:
+                p_drop = p
+            dv += _dot(tl.trans(p_drop.to(do.dtype)), do, PRECISION)
+            ds = p * (dp - delta[:, None])
+            dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
+            if TABLE_GRAD:
+                base = start_n - start_m  # distance of the tile's (0, 0) element
+                if base + BLOCK - 1 <= -M:
+                    far_lo += tl.sum(tl.sum(ds, 1), 0)
+                elif base - (BLOCK - 1) >= M:
+                    far_hi += tl.sum(tl.sum(ds, 1), 0)
+                else:
+                    rot = tl.gather(ds, skew, 1)  # rot[i, c] = ds[i, (i + c) % BLOCK]
+                    diag_pos = tl.sum(tl.where(wraps, 0.0, rot), 0)  # diagonal j - i = c
+                    diag_neg = tl.sum(tl.where(wraps, rot, 0.0), 0)  # diagonal j - i = c - BLOCK
+                    d_pos = base + tl.arange(0, BLOCK)
+                    d_neg = d_pos - BLOCK
+                    far_lo += tl.sum(tl.where(d_pos <= -M, diag_pos, 0.0), 0) + \
+                        tl.sum(tl.where(d_neg <= -M, diag_neg, 0.0), 0)
+                    far_hi += tl.sum(tl.where(d_pos >= M, diag_pos, 0.0), 0) + \
+                        tl.sum(tl.where(d_neg >= M, diag_neg, 0.0), 0)
+                    r = t_idx - M - base  # tile diagonal of table entry t
+                    exact = (t_idx > 0) & (t_idx < 2 * M)
+                    from_pos = tl.gather(diag_pos, tl.minimum(tl.maximum(r, 0), BLOCK - 1), 0)
+                    from_neg = tl.gather(diag_neg, tl.minimum(tl.maximum(r + BLOCK, 0), BLOCK - 1), 0)
+                    tab += tl.where(exact & (r >= 0) & (r < BLOCK), from_pos, 0.0)
+                    tab += tl.where(exact & (r < 0) & (r >= -BLOCK), from_neg, 0.0)
+        dk = dk * scale
+        out_offs = b * sg_b + h * sg_h + offs_n[:, None] * sg_t + offs_d[None, :]  # dK, dV: same layout
+        tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_ok)
+        tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
+        if TABLE_GRAD:
+            tab = tl.where(t_idx == 0, far_lo, tab)
+            tab = tl.where(t_idx == 2 * M, far_hi, tab)
+            tl.store(DTAB + (bh * tl.num_programs(0) + pid_n) * (2 * M + 1) + t_idx, tab, mask=t_idx < 2 * M + 1)
+
+    @triton.jit
+    def _bwd_dq_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DQ,
+                       sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
+                       sg_b, sg_h, sg_t,
+                       H, T, S, D, scale, dropout_p,
+                       M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
+                       PRECISION: tl.constexpr):
+        pid_m = tl.program_id(0)
+        bh = tl.program_id(1)
+        b = bh // H
+        h = bh % H
+        start_m = pid_m * BLOCK_M
+        offs_m = start_m + tl.arange(0, BLOCK_M)
+        offs_d = tl.arange(0, BLOCK_D)
+        d_ok = offs_d[None, :] < D
+        q_ok = (offs_m[:, None] < T) & d_ok
+        q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :], mask=q_ok, other=0.0)
+        do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :], mask=q_ok, other=0.0)
+        lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
+        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        pd_row = PD + h * (2 * M + 1)
+        kpm_ptr = KPM + b * S
+        seed = 0
+        if DROPOUT:
+            seed = tl.load(SEED)
+        dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        hi = S
+        if CAUSAL:
+            hi = tl.minimum(S, start_m + BLOCK_M)
+        for start_n in range(0, hi, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            kv_ok = (offs_n[:, None] < S) & d_ok
+            k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            s = _dot(q, tl.trans(k), PRECISION) * scale
+            s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK_M, BLOCK_N, M)
+            p = tl.exp(s - lse[:, None])  # 0 for queries past T (lse = +inf)
+            if HAS_KPM:
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            dp = _dot(do, tl.trans(v), PRECISION)
+            if DROPOUT:
+                keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)
+                dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+            ds = p * (dp - delta[:, None])
+            dq += _dot(ds.to(k.dtype), k, PRECISION)
+        dq = dq * scale
+        tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], dq.to(DQ.dtype.element_ty),
+                 mask=q_ok)
+
+    @triton.jit
+    def _keep_mask_kernel(SEED, OUT, T, S, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        pid_m = tl.program_id(0)
+        pid_n = tl.program_id(1)
+        bh = tl.program_id(2)
+        offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+        offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+        keep = _keep(tl.load(SEED), bh, offs_m, offs_n, T, S, dropout_p)
+        lin = (bh.to(tl.int64) * T + offs_m[:, None]) * S + offs_n[None, :]
+        tl.store(OUT + lin, keep.to(tl.int8), mask=(offs_m[:, None] < T) & (offs_n[None, :] < S))
+
+
+def _next_pow2(n: int) -> int:
+    return 1 << max(0, (n - 1).bit_length())
+
+
+BLOCKS_OVERRIDE = None  # (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps) for every call: tuning runs
+
+
+def default_blocks(head_dim: int, device: torch.device, dropout: bool = False):
+    """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps).
+
+    On CUDA: the largest tiles for which ptxas reports no register spills for sm80 and sm90
+    (`benchmarks/compile_triton_rpe.py`, which compiles the kernels without a GPU); their speed is
+    not measured yet. On CPU (the interpreter): moderate tiles, few programs.
+    """
+    if device.type != "cuda":
+        return 32, 32, 32, 4
+    if head_dim <= 64:
+        return 128, 32, 32 if dropout else 64, 8
+    if head_dim <= 128:
+        return 64, 64 if not dropout else 32, 32, 8
+    return 32, 32, 16, 8
+
+
+def _precision(dtype: torch.dtype) -> str:
+    if dtype == torch.float32:
+        return "ieee"  # true fp32 dots, not TF32
+    if dtype == torch.bfloat16 and INTERPRETED:
+        return "upcast"
+    return "tf32"  # ignored for fp16/bf16 operands
+
+
+def _as_kernel_input(x: torch.Tensor) -> torch.Tensor:
+    return x if x.stride(-1) == 1 else x.contiguous()
+
+
+def _draw_seed(device: torch.device) -> torch.Tensor:
+    """One int64 Philox seed from PyTorch's default generator of ``device`` (no host sync)."""
+    return torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=device)
+
+
+class _TritonRPEAttention(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, q, k, v, per_distance, key_padding, causal, dropout_p, scale, blocks):
+        B, H, T, D = q.shape
+        S = k.size(2)
+        M = (per_distance.size(1) - 1) // 2
+        q, k, v = _as_kernel_input(q), _as_kernel_input(k), _as_kernel_input(v)
+        pd = per_distance.detach().to(torch.float32).contiguous()
+        kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
+        seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
+        block_m, block_n, block_bwd, warps = blocks
+        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
+        precision = _precision(q.dtype)
+        _fwd_kernel[(triton.cdiv(T, block_m), B * H)](
+            q, k, v, pd, kpm, seed, o, lse,
+            q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            H, T, S, D, float(scale), float(dropout_p),
+            M=M, HAS_KPM=key_padding is not None, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
+            BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
+            num_warps=warps)
+        ctx.save_for_backward(q, k, v, pd, kpm, seed, o, lse)
+        ctx.meta = (key_padding is not None, bool(causal), float(dropout_p), float(scale), blocks,
+                    per_distance.dtype)
+        return o
+
+    @staticmethod
+    def backward(ctx, grad_out):
+        q, k, v, pd, kpm, seed, o, lse = ctx.saved_tensors
+        has_kpm, causal, dropout_p, scale, blocks, table_dtype = ctx.meta
+        B, H, T, D = q.shape
+        S = k.size(2)
+        M = (pd.size(1) - 1) // 2
+        block_m, block_n, block_bwd, warps = blocks
+        do = _as_kernel_input(grad_out)
+        delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
+        # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
+        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        table_grad = ctx.needs_input_grad[3]
+        n_blocks = triton.cdiv(S, block_bwd)
+        dtab = torch.empty(B * H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
+            else torch.zeros(1, dtype=torch.float32, device=q.device)
+        precision = _precision(q.dtype)
+        common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
+                      BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, num_warps=warps)
+        strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
+                   v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
+        _bwd_dkdv_kernel[(n_blocks, B * H)](
+            q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, dtab, *strides, *dk.stride()[:3],
+            H, T, S, D, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
+            BLOCK=block_bwd, **common)
+        _bwd_dq_kernel[(triton.cdiv(T, block_bwd), B * H)](
+            q, k, v, pd, kpm, seed, do, lse, delta, dq, *strides, *dq.stride()[:3],
+            H, T, S, D, scale, dropout_p, BLOCK_M=block_bwd, BLOCK_N=block_bwd, **common)
+        d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2)).to(table_dtype) if table_grad else None
+        return dq, dk, dv, d_table, None, None, None, None, None
+
+
+def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_distance: torch.Tensor, *,
+                         key_padding_mask: Optional[torch.Tensor] = None, causal: bool = False,
+                         dropout_p: float = 0.0, scale: float = 1.0, blocks=None) -> torch.Tensor:
+    """Biased attention on the Triton kernels (module docstring).
+
+    Args:
+        q: (B, H, T, D); k, v: (B, H, S, D); fp16/bf16/fp32.
+        per_distance: (H, 2 M + 1): bias per head and clamped distance key - query.
+        key_padding_mask: optional (B, S) bool, True at padded keys.
+        causal: keys after the query are masked (T == S).
+        dropout_p: attention-probability dropout (0 in eval).
+        scale: multiplier of q k^T.
+        blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps), default `default_blocks`.
+    Returns:
+        (B, H, T, D) in q's dtype.
+    """
+    reason = unsupported_reason(q, k, v, per_distance)
+    if reason is not None:
+        raise RuntimeError(f"triton relative-bias attention cannot run: {reason}")
+    if causal and q.size(2) != k.size(2):
+        raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    kpm = None
+    if key_padding_mask is not None:
+        kpm = key_padding_mask.to(device=q.device, dtype=torch.uint8).contiguous()
+    blocks = tuple(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device, dropout_p > 0))
+    if blocks[2] < 16:
+        raise ValueError("the backward block must be >= 16 (tl.dot)")
+    return _TritonRPEAttention.apply(q, k, v, per_distance, kpm, causal, dropout_p, scale, blocks)
+
+
+def dropout_keep_mask(seed: torch.Tensor, batch: int, heads: int, q_len: int, k_len: int,
+                      dropout_p: float) -> torch.Tensor:
+    """The (B, H, T, S) bool keep mask the kernels draw from ``seed`` (tests, eager reference)."""
+    out = torch.empty(batch, heads, q_len, k_len, dtype=torch.int8, device=seed.device)
+    _keep_mask_kernel[(triton.cdiv(q_len, 32), triton.cdiv(k_len, 32), batch * heads)](
+        seed, out, q_len, k_len, float(dropout_p), BLOCK_M=32, BLOCK_N=32)
+    return out.bool()
+
+
+def reference_attention(q, k, v, per_distance, key_padding_mask=None, causal=False, scale=1.0,
+                        keep_mask=None, dropout_p=0.0):
+    """Eager PyTorch reference (in q's dtype; pass float64 for a tight reference), with the same
+    conventions as the kernel: fully masked rows give zeros; ``keep_mask`` (B, H, T, S) applies
+    dropout with 1 / (1 - p) scaling."""
+    T, S = q.size(2), k.size(2)
+    M = (per_distance.size(1) - 1) // 2
+    dist = torch.arange(S, device=q.device)[None, :] - torch.arange(T, device=q.device)[:, None]
+    bias = per_distance[:, dist.clamp(-M, M) + M].to(q.dtype)  # (H, T, S)
+    s = torch.matmul(q, k.transpose(-1, -2)) * scale + bias
+    masked = torch.zeros(s.shape[-2:], dtype=torch.bool, device=q.device)[None, None]
+    if causal:
+        masked = masked | torch.ones(T, S, dtype=torch.bool, device=q.device).triu(1)
+    if key_padding_mask is not None:
+        masked = masked | key_padding_mask[:, None, None, :]
+    s = s.masked_fill(masked, float("-inf"))
+    p = torch.softmax(s, -1).nan_to_num(0.0)
+    if keep_mask is not None:
+        p = p * keep_mask.to(p.dtype) / (1.0 - dropout_p)
+    return torch.matmul(p, v)

@@ -1,0 +1,121 @@
+"""Compile the ``triton`` attention backend's kernels for NVIDIA GPUs without a GPU, and report
+each kernel's registers, spill stack and shared memory (Triton ships ptxas and cuobjdump).
+
+    python benchmarks/compile_triton_rpe.py                      # sm80 + sm90, D 32/64/128, every variant
+    python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
+
+It catches what Triton's CPU interpreter cannot (type or layout errors found only by the
+compiler) and checks that `default_blocks` spills no registers (STACK 0). Speed needs a GPU:
+benchmarks/bench_attention.py --device cuda. Must run without TRITON_INTERPRET=1.
+"""
+import argparse
+import itertools
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+VARIANTS = {  # name -> (key padding, causal, dropout)
+    "plain": (False, False, False), "padded": (True, False, False), "causal": (False, True, False),
+    "dropout": (False, False, True), "padded-dropout": (True, False, True), "causal-dropout": (False, True, True),
+}
+MAX_DISTANCE = 128  # T5 v1.1; the paper's 256 changes only the table accumulator's size
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--arch", type=int, nargs="+", default=[80, 90], help="compute capabilities (80: A100, 90: H100)")
+    p.add_argument("--head-dims", type=int, nargs="+", default=[32, 64, 128])
+    p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=sorted(VARIANTS))
+    p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    args = p.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        p.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
+    return args
+
+
+def _signature(fn, dtype, consts):
+    pointers = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
+    fp32_pointers = {"PD", "LSE", "DELTA", "DTAB"}
+    sig = {}
+    for name in fn.arg_names:
+        if name in consts:
+            sig[name] = "constexpr"
+        elif name in pointers:
+            sig[name] = f"*{dtype}"
+        elif name in fp32_pointers:
+            sig[name] = "*fp32"
+        elif name == "KPM":
+            sig[name] = "*u8"
+        elif name == "SEED":
+            sig[name] = "*i64"
+        elif name in ("scale", "dropout_p"):
+            sig[name] = "fp32"
+        else:
+            sig[name] = "i32"
+    return sig
+
+
+def compile_kernel(fn, dtype, consts, arch, num_warps):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    constexprs = {(fn.arg_names.index(name),): value for name, value in consts.items()}
+    src = ASTSource(fn, _signature(fn, dtype, consts), constexprs=constexprs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=2))
+
+
+def resources(kernel) -> dict:
+    """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.cubin")
+        with open(path, "wb") as f:
+            f.write(kernel.asm["cubin"])
+        out = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True).stdout
+    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+    return dict(regs=int(found.group(1)) if found else None, stack=int(found.group(2)) if found else None,
+                shared=kernel.metadata.shared)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    import torch
+
+    from ast_t5.modules import triton_rpe_attention as tra
+
+    if tra.triton is None:
+        print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
+        return 2
+    spills = 0
+    print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<12} "
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'s':>5}")
+    for arch, head_dim, variant in itertools.product(args.arch, args.head_dims, args.variants):
+        padded, causal, dropout = VARIANTS[variant]
+        block_m, block_n, block_bwd, warps = tra.default_blocks(head_dim, torch.device("cuda"), dropout)
+        common = dict(M=MAX_DISTANCE, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
+                      BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
+        kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}"),
+                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1),
+                                                      TABLE_GRAD=True, BLOCK=block_bwd), f"{block_bwd}x{block_bwd}"),
+                   ("dq", tra._bwd_dq_kernel, dict(common, BLOCK_M=block_bwd, BLOCK_N=block_bwd),
+                    f"{block_bwd}x{block_bwd}"))
+        for name, fn, consts, tiles in kernels:
+            t0 = time.time()
+            info = resources(compile_kernel(fn, args.dtype, consts, arch, warps))
+            spills += bool(info["stack"])
+            print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {tiles + '/' + str(warps) + 'w':<12} "
+                  f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {time.time() - t0:>5.1f}", flush=True)
+    print(f"{spills} kernel(s) with a spill stack")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,441 @@
+"""Tests of the ``triton`` attention backend (ast_t5/modules/triton_rpe_attention.py).
+
+Without CUDA the kernels run under Triton's interpreter. Triton decides that when it and the
+kernels are imported (its own ``tl.zeros``, ``tl.rand``... are kernels too), and reads
+TRITON_INTERPRET again while they run. So on a host without CUDA this module sets
+TRITON_INTERPRET=1 before importing triton, restores the variable, and sets it again around each
+of its tests. If triton was already imported in compiled mode by an earlier module, the interpreter
+checks run in a fresh pytest process instead (`test_interpreter_checks_in_a_fresh_process`).
+With CUDA the compiled kernels run, and the GPU tests check that the interpreter was NOT used and
+that the kernel really ran (DISPATCH_COUNTS).
+"""
+import importlib
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+CUDA = torch.cuda.is_available()
+_TRITON_WAS_IMPORTED = "triton" in sys.modules
+if not CUDA:
+    _saved = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1"
+try:
+    pytest.importorskip("triton", reason="triton is not installed (it is installed on Linux x86_64 only)")
+    import triton.language as tl  # noqa: E402
+    from ast_t5.modules import triton_rpe_attention as tra  # noqa: E402
+
+    if not CUDA and not tra.INTERPRETED and not _TRITON_WAS_IMPORTED:
+        tra = importlib.reload(tra)  # cannot happen without triton imported first; kept for clarity
+finally:
+    if not CUDA:
+        if _saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = _saved
+
+from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
+
+from ast_t5.modules import attention_backends as ab  # noqa: E402
+from ast_t5.modules.relative_position_bias import RelativeBias, RelativePositionBias  # noqa: E402
+
+# Triton's own language kernels were decorated in interpreter mode: ours can run on CPU here
+_INTERPRETER_READY = not CUDA and isinstance(tl.zeros, InterpretedFunction)
+if _INTERPRETER_READY and not tra.INTERPRETED:  # our module came before the interpreter: redo it
+    os.environ["TRITON_INTERPRET"] = "1"
+    try:
+        tra = importlib.reload(tra)
+    finally:
+        if _saved is None:
+            del os.environ["TRITON_INTERPRET"]
+        else:
+            os.environ["TRITON_INTERPRET"] = _saved
+
+_skip_without_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the compiled Triton kernels)")
+
+
+def requires_cuda(test):
+    """GPU test: marked ``cuda`` (scripts/gpu_check.sh runs ``-m cuda``), skipped without CUDA."""
+    return pytest.mark.cuda(_skip_without_cuda(test))
+cpu_only = pytest.mark.skipif(
+    not _INTERPRETER_READY,
+    reason="CUDA host: the GPU tests cover the compiled kernels" if CUDA else
+    "triton was imported in compiled mode before this module: see test_interpreter_checks_in_a_fresh_process")
+SMALL = (16, 16, 16, 4)  # blocks for the interpreter: several tiles per row at T ~ 40
+
+
+@pytest.fixture(autouse=True)
+def _interpreter_env(monkeypatch):
+    """Triton reads TRITON_INTERPRET while an interpreted kernel runs, too."""
+    if _INTERPRETER_READY:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+
+
+@pytest.mark.skipif(CUDA or _INTERPRETER_READY, reason="the interpreter checks ran in this process"
+                    if _INTERPRETER_READY else "CUDA host: the compiled kernels are tested")
+def test_interpreter_checks_in_a_fresh_process():
+    """triton was imported in compiled mode earlier in this process: run this file's interpreter
+    checks in a new pytest process that imports triton under TRITON_INTERPRET=1."""
+    env = dict(os.environ, TRITON_INTERPRET="1")
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-rs", "-p", "no:cacheprovider", __file__],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "fresh_process" not in proc.stdout.split("short test summary")[-1]  # there they ran in-process
+
+
+def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, n, D, generator=g).to(device, dtype).requires_grad_() for n in (T, S, S))
+    table = torch.randn(H, 2 * M + 1, generator=g).to(device).requires_grad_()
+    kpm = None
+    if pad:
+        lengths = torch.tensor([S - (7 * b) % max(1, S // 2) for b in range(B)])
+        kpm = (torch.arange(S)[None, :] >= lengths[:, None]).to(device)
+        kpm[0, :3] = True  # left padding too
+    return q, k, v, table, kpm
+
+
+def fwd_bwd(fn, leaves, grad):
+    out = fn(*leaves)
+    return [out, *torch.autograd.grad(out, leaves, grad)]
+
+
+def max_errors(got, ref):
+    return [(a.double() - b.double()).abs().max().item() / (b.abs().max().item() or 1.0) for a, b in zip(got, ref)]
+
+
+def reference(q, k, v, table, kpm, causal, scale, keep=None, p=0.0):
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v, table)]
+    return leaves, lambda *x: tra.reference_attention(*x, key_padding_mask=kpm, causal=causal, scale=scale,
+                                                      keep_mask=keep, dropout_p=p)
+
+
+CASES = [  # (T, S, D, M, causal, padding, blocks)
+    (37, 37, 32, 8, False, False, SMALL),   # far tiles on both sides (|distance| >= M) and near ones
+    (37, 37, 32, 8, True, True, SMALL),     # causal + padding
+    (29, 45, 64, 8, False, True, SMALL),    # cross shapes (T != S), padding, D 64
+    (37, 37, 8, 40, True, False, None),     # causal without padding, M beyond T, D 8 padded to 16
+]
+
+
+@cpu_only
+@pytest.mark.parametrize("case", CASES)
+def test_forward_and_every_gradient_match_the_fp64_reference(case):
+    T, S, D, M, causal, pad, blocks = case
+    q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=pad)
+    grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
+    got = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm, causal=causal, scale=0.3,
+                                                      blocks=blocks), [q, k, v, table], grad)
+    leaves, ref_fn = reference(q, k, v, table, kpm, causal, 0.3)
+    ref = fwd_bwd(ref_fn, leaves, grad.double())
+    errors = max_errors(got, ref)
+    assert max(errors) < 2e-5, errors  # out, dq, dk, dv, d table
+    if M < T - 1:  # both clamped ends of the table were reached and have a gradient
+        assert ref[4][:, 0].abs().min() > 0 and got[4][:, 0].abs().min() > 0
+
+
+@cpu_only
+def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded():
+    T, S, D, M, p = 37, 41, 32, 8, 0.25
+    q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=True)
+    grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
+
+    def call(*x):
+        return tra.triton_rpe_attention(*x, key_padding_mask=kpm, dropout_p=p, blocks=SMALL)
+
+    torch.manual_seed(5)
+    got = fwd_bwd(call, [q, k, v, table], grad)
+    torch.manual_seed(5)
+    keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 2, T, S, p)
+    assert abs(keep.float().mean().item() - (1 - p)) < 0.03  # 6068 draws: 5 standard deviations
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=p)
+    errors = max_errors(got, fwd_bwd(ref_fn, leaves, grad.double()))
+    assert max(errors) < 2e-5, errors
+    with torch.no_grad():
+        torch.manual_seed(5)
+        same = call(q, k, v, table)
+        other = call(q, k, v, table)  # the generator moved on: another mask
+        plain = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=SMALL)
+    assert torch.equal(same, got[0]) and not torch.equal(other, same)
+    without_dropout = tra.reference_attention(q.double(), k.double(), v.double(), table.double(), kpm)
+    assert (plain.double() - without_dropout).abs().max() < 1e-5  # p = 0: no mask drawn at all
+
+
+@cpu_only
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_half_precision_within_a_small_multiple_of_torchs_own_error(dtype):
+    T, S, D, M = 37, 37, 32, 8
+    q, k, v, table, kpm = make(2, 2, T, S, D, M, dtype=dtype, pad=True)
+    grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1)).to(dtype)
+    got = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm, blocks=SMALL),
+                  [q, k, v, table], grad)
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0)
+    ref = fwd_bwd(ref_fn, leaves, grad.double())
+    own_leaves = [t.detach().requires_grad_() for t in (q, k, v, table)]
+    own = fwd_bwd(lambda *x: tra.reference_attention(*x, key_padding_mask=kpm), own_leaves, grad)
+    for name, err, own_err in zip("out dq dk dv dtable".split(), max_errors(got, ref), max_errors(own, ref)):
+        assert err <= 4 * own_err + 1e-4, (name, err, own_err)
+
+
+@cpu_only
+def test_backend_dispatch_fold_masks_and_fallbacks(caplog):
+    module = RelativePositionBias(2, 8, 10, bidirectional=True)
+    q, k, v, _, kpm = make(2, 2, 21, 21, 16, 10, pad=True)
+    # (no causality here: with the left padding its first rows would have no key at all, where
+    # the kernel gives zeros and the dense backends a mean; both are meaningless)
+    folded, fpad, fcausal = ab.fold_masks("triton", module(21, 21), kpm, causal=False)
+    assert isinstance(folded, ab.FoldedBias) and folded.dense is None and folded._flex_dense is None
+    assert fpad is None and fcausal is False
+    ab.DISPATCH_COUNTS.clear()
+    out = ab.attention(q, k, v, bias=folded, backend="triton")
+    assert ab.DISPATCH_COUNTS["triton-rpe"] == 1
+    ref = ab.attention(q, k, v, bias=module(21, 21), key_padding_mask=kpm, backend="torch")
+    assert (out - ref).abs().max() < 1e-5
+    params = [q, k, v, module.embedding.weight]
+    for g_out, g_ref in zip(torch.autograd.grad(out.sum(), params), torch.autograd.grad(ref.sum(), params)):
+        assert (g_out - g_ref).abs().max() < 1e-4
+    # fallbacks, each logged once: cached decoding (query offset), a dense bias, bias-free -> flash
+    ab.DISPATCH_COUNTS.clear()
+    with caplog.at_level("INFO", logger=ab.logger.name):
+        step = ab.attention(q[:, :, -1:], k, v, bias=module(1, 21, query_offset=20), backend="triton")
+        dense = ab.attention(q, k, v, bias=module(21, 21).dense(), backend="triton")
+        ab.attention(q, k, v, key_padding_mask=None, backend="triton")
+    assert ab.DISPATCH_COUNTS["triton-rpe"] == 0 and ab.DISPATCH_COUNTS["sdpa-flash"] == 1
+    assert "cached decoding step" in caplog.text and "dense bias tensor" in caplog.text
+    assert (step - ab.attention(q[:, :, -1:], k, v, bias=module(1, 21, query_offset=20), backend="torch")
+            ).abs().max() < 1e-5
+    assert (dense - ab.attention(q, k, v, bias=module(21, 21), backend="torch")).abs().max() < 1e-5
+    # bias-free with dropout on CPU: PyTorch's CPU flash kernel has none -> sdpa instead of an error
+    ab.DISPATCH_COUNTS.clear()
+    ab.attention(q, k, v, dropout_p=0.1, causal=True, backend="triton")
+    assert ab.DISPATCH_COUNTS["sdpa"] == 1
+
+
+@cpu_only
+def test_cpu_tensors_without_the_interpreter_fall_back_to_sdpa(monkeypatch, caplog):
+    monkeypatch.setattr(tra, "INTERPRETED", False)
+    q, k, v, table, _ = make(1, 2, 9, 9, 16, 4)
+    assert "TRITON_INTERPRET=1" in tra.unsupported_reason(q, k, v, table)
+    with pytest.raises(RuntimeError, match="cannot run: CPU tensors need"):
+        tra.triton_rpe_attention(q, k, v, table)
+    ab.DISPATCH_COUNTS.clear()
+    with caplog.at_level("INFO", logger=ab.logger.name):
+        ab.attention(q, k, v, bias=RelativeBias(table, 9, 9), backend="triton")
+    assert ab.DISPATCH_COUNTS["sdpa"] == 1 and ab.DISPATCH_COUNTS["triton-rpe"] == 0
+
+
+@cpu_only
+@pytest.mark.parametrize("arch,biased_calls", [("t5_v11_tiny", 4), ("ast_t5_paper_tiny", 2)])
+def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch, biased_calls):
+    """Tiny models in train mode without dropout (T5 v1.1: one relative bias per stack, biased
+    causal decoder; paper: per-layer encoder bias with M = 256, bias-free decoder -> flash),
+    padded source: loss and every gradient as with sdpa, and the biased calls ran the kernel.
+    With attention dropout (paper default 0.1) the same seed gives the same output."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch=arch, dropout=0.0, attention_dropout=0.0)
+    model = AstT5Model.from_dictionary(d, attention_backend="triton", **kwargs).train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="sdpa", **kwargs).train()
+    reference.load_state_dict(model.state_dict())
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, len(d), (2, 19), generator=g)
+    src[1, -5:] = d.pad()
+    prev = torch.randint(4, len(d), (2, 11), generator=g)
+    ab.DISPATCH_COUNTS.clear()
+    loss = model(src, None, prev)[0].logsumexp(-1).mean()
+    loss.backward()
+    assert ab.DISPATCH_COUNTS["triton-rpe"] == biased_calls
+    ref = reference(src, None, prev)[0].logsumexp(-1).mean()
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-5
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() < 1e-4 * (p_ref.grad.abs().max() + 1e-6), name
+    if arch.startswith("ast_t5_paper"):
+        dropping = AstT5Model.from_dictionary(d, attention_backend="triton", arch=arch, dropout=0.0,
+                                              attention_dropout=0.1).train()
+        with torch.no_grad():
+            outs = []
+            for seed in (1, 1, 2):
+                torch.manual_seed(seed)
+                outs.append(dropping(src, None, prev)[0])
+        assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
+
+
+@cpu_only
+def test_activation_checkpointing_recomputes_the_same_dropout_mask():
+    """checkpoint_activations=true recomputes each layer in backward: the kernel's seed comes from
+    PyTorch's generator, whose state the checkpoint restores, so gradients with attention dropout
+    are exactly those without checkpointing."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.2, attention_backend="triton")
+    plain = AstT5Model.from_dictionary(d, **kwargs).train()
+    checkpointed = AstT5Model.from_dictionary(d, checkpoint_activations=True, **kwargs).train()
+    checkpointed.load_state_dict(plain.state_dict())
+    src = torch.randint(4, len(d), (2, 19), generator=torch.Generator().manual_seed(0))
+    src[1, -5:] = d.pad()
+    prev = torch.randint(4, len(d), (2, 11), generator=torch.Generator().manual_seed(1))
+    for model in (plain, checkpointed):
+        torch.manual_seed(3)
+        model(src, None, prev)[0].logsumexp(-1).mean().backward()
+    for p, p_ckpt in zip(plain.parameters(), checkpointed.parameters()):
+        assert torch.equal(p.grad, p_ckpt.grad)
+
+
+@cpu_only
+def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
+    """bench_attention.py's CPU smoke run with the triton rows (interpreter): the kernel ran as
+    itself (no fallback), its error is PyTorch's order, tile variants get their own rows, and
+    every condition names a winner in the JSON."""
+    import importlib.util
+    import json
+
+    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_attention.py")
+    spec = importlib.util.spec_from_file_location("bench_attention_triton", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    out = tmp_path / "attention.json"
+    assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4", "--lengths", "24",
+                       "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
+                       "--json", str(out)]) == 0
+    payload = json.loads(out.read_text())
+    rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
+    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4") for p in (0.0, 0.1)}
+    for (backend, dropout), row in rows.items():
+        assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
+        if backend != "sdpa":
+            assert row["ran"] == "triton-rpe", row
+        if dropout == 0.0:
+            assert row["err_ratio"] < 3.0, row
+    assert len(payload["winners"]) == 2
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_kernels_compile_for_hopper_without_spills():
+    """What the interpreter cannot check: the kernels compile for sm90 (Triton's compiler and
+    bundled ptxas, no GPU needed; in a process without TRITON_INTERPRET) and the default tiles of
+    the most involved variant (padding + dropout, table gradient) spill no registers."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
+    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants",
+                           "padded-dropout"], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    lines = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    assert sorted(line[3] for line in lines) == ["dkdv", "dq", "fwd"], proc.stdout
+    assert "0 kernel(s) with a spill stack" in proc.stdout, proc.stdout
+
+
+# --------------------------------------------------------------------------------------- GPU
+@requires_cuda
+def test_gpu_runs_the_compiled_kernels_not_the_interpreter():
+    assert not tra.INTERPRETED, "TRITON_INTERPRET=1 was set when the kernels were imported on a GPU host"
+    q, k, v, table, _ = make(1, 2, 64, 64, 64, 8, dtype=torch.bfloat16, device="cuda")
+    ab.DISPATCH_COUNTS.clear()
+    ab.attention(q, k, v, bias=RelativeBias(table, 64, 64), backend="triton").sum().backward()
+    assert ab.DISPATCH_COUNTS["triton-rpe"] == 1 and ab.DISPATCH_COUNTS["sdpa-masked-no-cudnn"] == 0
+
+
+@requires_cuda
+@pytest.mark.parametrize("length,causal,pad", [(512, False, True), (1024, False, False), (1000, True, True),
+                                               (576, False, True)])  # 576 % 128 == 64: cuDNN's bad case
+def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, pad):
+    M = 128
+    q, k, v, table, kpm = make(2, 4, length, length, 64, M, dtype=torch.bfloat16, pad=pad, device="cuda")
+    grad = torch.randn(q.shape, device="cuda").bfloat16()
+    got = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm, causal=causal),
+                  [q, k, v, table], grad)
+    wide = [t.detach().float().requires_grad_() for t in (q, k, v, table)]
+    ref = fwd_bwd(lambda *x: tra.reference_attention(*x, key_padding_mask=kpm, causal=causal), wide, grad.float())
+    own_leaves = [t.detach().requires_grad_() for t in (q, k, v, table)]
+    own = fwd_bwd(lambda *x: tra.reference_attention(*x, key_padding_mask=kpm, causal=causal), own_leaves, grad)
+    for name, err, own_err in zip("out dq dk dv dtable".split(), max_errors(got, ref), max_errors(own, ref)):
+        assert err <= 4 * own_err + 1e-3, (name, err, own_err)
+
+
+@requires_cuda
+def test_gpu_dropout_matches_the_reference_with_the_kernel_mask():
+    T, p = 300, 0.1
+    q, k, v, table, kpm = make(2, 4, T, T, 64, 128, pad=True, device="cuda")
+    grad = torch.randn(q.shape, device="cuda")
+    torch.manual_seed(3)
+    got = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm, dropout_p=p), [q, k, v, table], grad)
+    torch.manual_seed(3)
+    keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 4, T, T, p)
+    assert abs(keep.float().mean().item() - (1 - p)) < 0.01
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=p)
+    assert max(max_errors(got, fwd_bwd(ref_fn, leaves, grad.double()))) < 1e-4
+
+
+@requires_cuda
+def test_gpu_tiny_model_trains_one_step_on_the_triton_kernel():
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", attention_backend="triton", head_dim=16).cuda().train()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    src = torch.randint(4, len(d), (4, 200), device="cuda")
+    src[1, -60:] = d.pad()
+    prev = torch.randint(4, len(d), (4, 136), device="cuda")
+    before = [p.detach().clone() for p in model.parameters()]
+    ab.DISPATCH_COUNTS.clear()
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        loss = model(src, None, prev)[0].float().logsumexp(-1).mean()
+    loss.backward()
+    opt.step()
+    assert ab.DISPATCH_COUNTS["triton-rpe"] >= 4, dict(ab.DISPATCH_COUNTS)
+    assert torch.isfinite(loss) and any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+@requires_cuda
+def test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels():
+    """model.compile=true: the kernels are traced into the model's graph (user-defined Triton
+    kernels); loss and gradients as in eager, and the profiler sees our kernels."""
+    from fairseq.data import Dictionary
+    from torch.profiler import ProfilerActivity, profile
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
+    model = AstT5Model.from_dictionary(d, attention_backend="triton", **kwargs).cuda().train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
+    reference.load_state_dict(model.state_dict())
+    src = torch.randint(4, len(d), (4, 200), device="cuda")
+    src[1, -60:] = d.pad()
+    prev = torch.randint(4, len(d), (4, 136), device="cuda")
+    compiled = torch.compile(model)
+    loss = compiled(src, None, prev)[0].float().logsumexp(-1).mean()
+    loss.backward()
+    ref = reference(src, None, prev)[0].float().logsumexp(-1).mean()
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-4
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() < 1e-3 * (p_ref.grad.abs().max() + 1e-6), name
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        compiled(src, None, prev)[0].float().logsumexp(-1).mean().backward()
+        torch.cuda.synchronize()
+    names = " ".join(e.key for e in prof.key_averages())
+    assert "_fwd_kernel" in names and "_bwd_dkdv_kernel" in names and "_bwd_dq_kernel" in names, names
