@@ -58,7 +58,7 @@ run() {
 
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 run build 120 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
-run cuda_tests 90 tests.log "$PY" -m pytest -q -m cuda -rs tests
+run cuda_tests 150 tests.log "$PY" -m pytest -q -m cuda -rs tests
 run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$OUTDIR/train.json"
 run bench_model 90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu
 run norm_ffn 45 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu --norm-ffn --gpu-steps 5 --repeats 5

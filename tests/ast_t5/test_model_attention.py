@@ -315,8 +315,14 @@ def test_flex_forward_in_the_model_matches_eager_and_compiles_once_per_graph():
 
 
 # --------------------------------------------------------------- GPU: fast paths must really run
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (flex backward, "
-                                   "flash/varlen kernels and the cuDNN guards run only there)")
+_skip_without_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (flex backward, "
+                                        "flash/varlen kernels and the cuDNN guards run only there)")
+
+
+def requires_cuda(test):
+    """Skipped with a reason without a GPU; marked ``cuda`` so `scripts/gpu_check.sh` runs it in its
+    CUDA step (``pytest -m cuda``)."""
+    return pytest.mark.cuda(_skip_without_cuda(test))
 
 
 def _cuda_inputs(dtype, q_len, k_len, batch=3, heads=4, head_dim=64, pad=True, seed=0):
