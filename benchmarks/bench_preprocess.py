@@ -22,6 +22,7 @@ the two files' shingle sets reaches the threshold (the standard library has its 
 duplicates, e.g. the encodings/cp*.py tables).
 
     python benchmarks/bench_preprocess.py --size 200MB --workers 2 --planted-rate 0.05 --compare
+    python benchmarks/bench_preprocess.py --size 1GB --workers 2 --compare --scaling  # idle machine, ~25 min
 
 Near-duplicate removal, old and new code side by side: the worker's signature cost per file
 (``--signatures``, on the standard library tokenized as the pipeline does), and the merge
@@ -216,6 +217,12 @@ def at_size(args) -> None:
         run_shard([corpus], None, out + "_plain", 0, 1, plain_ctx, args.workers, "plain", progress=False)
         cpu_plain = time.process_time() - c0 + _children_cpu() - w0
         shutil.rmtree(out + "_plain", ignore_errors=True)
+    t_one = None
+    if args.scaling and args.workers > 1:  # the same shard run with one worker: wall-clock scaling
+        t0 = time.perf_counter()
+        run_shard([corpus], None, out + "_w1", 0, 1, ctx_args, 1, "one", progress=False)
+        t_one = time.perf_counter() - t0
+        shutil.rmtree(out + "_w1", ignore_errors=True)
     report = os.path.join(work, "report.jsonl")
     t0 = time.process_time()
     merge_shards(out, 1, "bench", near_dup_threshold=None)  # the same merge, without near-dup
@@ -250,6 +257,9 @@ def at_size(args) -> None:
         print(f"shard run without near-dup: {seen_mb / cpu_plain:.2f} MB per CPU-second = "
               f"{seen_mb / cpu_plain / floor:.2f} x floor; near-dup share measured side by side: "
               f"{(cpu_shard + t_merge_nd - cpu_plain - t_merge_plain) / (cpu_shard + t_merge_nd) * 100:.1f}%")
+    if t_one is not None:
+        print(f"shard run, 1 worker: {seen_mb / t_one:.2f} MB/s wall; {args.workers} workers / 1 worker = "
+              f"{t_one / t_shard:.2f} x (target >= 1.7 for 2; wall clock: needs an idle machine)")
     print(f"merge: {t_merge_nd:.1f} CPU-s with near-dup removal, {t_merge_plain:.1f} CPU-s without")
     print(f"near-dup share of pipeline time: {t_dedup / (cpu_shard + t_merge_nd) * 100:.1f}% "
           f"(signatures {t_sig * (mb / sample_mb):.1f} CPU-s of {cpu_shard:.1f}, LSH {max(0.0, t_merge_nd - t_merge_plain):.1f}s; "
@@ -422,6 +432,9 @@ def main(argv=None):
     ap.add_argument("--planted-rate", type=float, default=0.05,
                     help="share of files that get a planted near copy (0.05)")
     ap.add_argument("--workdir", help="keep the generated corpus and outputs here")
+    ap.add_argument("--scaling", action="store_true",
+                    help="at size: also run the shard with one worker and print the wall-clock speed-up of "
+                         "--workers over one (side by side in the same run)")
     ap.add_argument("--compare", action="store_true",
                     help="also run the shard without near-dup removal, side by side")
     ap.add_argument("--max-mb", type=float, default=30.0,
