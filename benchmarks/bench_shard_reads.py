@@ -16,11 +16,9 @@ The figures are byte counts, identical from run to run (no timing).
     python benchmarks/bench_shard_reads.py [--num-shards 4] [--mb 12] [--workdir DIR]
 """
 import argparse
-import glob
 import json
 import os
 import shutil
-import sysconfig
 import tempfile
 
 
@@ -30,16 +28,13 @@ def rchar() -> int:
 
 
 def code_rows(max_bytes: int):
+    """(content, path, lang) rows of standard-library Python, up to ``max_bytes`` of content
+    (the same files `bench_corpus_memory.py` uses)."""
+    from bench_corpus_memory import stdlib_sources
+
     rows, total = [], 0
-    stdlib = sysconfig.get_paths()["stdlib"]
-    for path in sorted(glob.glob(os.path.join(stdlib, "**", "*.py"), recursive=True)):
-        if "site-packages" in path or "test" in path.split(os.sep):
-            continue
-        try:
-            text = open(path, encoding="utf-8").read()
-        except (OSError, UnicodeDecodeError):
-            continue
-        rows.append((text, os.path.relpath(path, stdlib), "Python"))
+    for rel, text in stdlib_sources():
+        rows.append((text, rel, "Python"))
         total += len(text.encode())
         if total >= max_bytes:
             break
