@@ -17,6 +17,10 @@
 #      and --norm-ffn (eager vs liger RMSNorm / gated GELU, ~30 s)          -> bench_model.log
 #   5. bench_attention.py --device cuda (when the file exists)            -> attention.log, attention.json
 #   6. the whole suite except the CUDA tests already run                   -> tests.log (appended)
+# The steps 1-5 usually leave too little of the budget for the whole suite; a second call runs it:
+#   GPU_CHECK_STEPS="build suite" bash scripts/gpu_check.sh "$OUT"
+# (GPU_CHECK_STEPS: the step names to run, space-separated: build cuda_tests bench_train
+# bench_model norm_ffn bench_attention suite; default all.)
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures.
 # At most 8 files are written to OUTDIR. Exit status: 0 when every step passed, 1 otherwise,
 # 2 on a usage error.
@@ -31,6 +35,13 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
+STEPS=${GPU_CHECK_STEPS:-build cuda_tests bench_train bench_model norm_ffn bench_attention suite}
+for step in $STEPS; do
+  case $step in
+    build|cuda_tests|bench_train|bench_model|norm_ffn|bench_attention|suite) ;;
+    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (build cuda_tests bench_train bench_model norm_ffn bench_attention suite)" >&2; exit 2 ;;
+  esac
+done
 START=$(date +%s)
 STATUS_FILE=$(mktemp)
 trap 'rm -f "$STATUS_FILE"' EXIT
@@ -40,6 +51,7 @@ trap 'rm -f "$STATUS_FILE"' EXIT
 run() {
   local name=$1 cap=$2 log=$3
   shift 3
+  case " $STEPS " in *" $name "*) ;; *) return ;; esac
   local left=$(( BUDGET - ($(date +%s) - START) ))
   local limit=$(( cap < left ? cap : left ))
   if [ "$limit" -lt 10 ]; then
