@@ -122,6 +122,16 @@ def interleaved(steps_by_name, steps: int, repeats: int, warmup: int, device):
     return {name: statistics.median(t) for name, t in times.items()}, times
 
 
+def step_peak_gib(step) -> float:
+    """GiB that one run of ``step`` allocates at its peak above what is resident before it (CUDA)."""
+    torch.cuda.synchronize()
+    resident = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    step()
+    torch.cuda.synchronize()
+    return (torch.cuda.max_memory_allocated() - resident) / 2**30
+
+
 def tokens_per_step(batch) -> int:
     src, _, tgt = batch
     return int(src.ne(PAD).sum() + tgt.ne(PAD).sum())
@@ -203,12 +213,7 @@ def gpu_t5_base(args) -> None:
                 "%.1f TFLOP/step (6 x params x padded tokens + attention)", name, torch.__version__,
                 shape.batch, shape.src_len, shape.tgt_len, flops / 1e12)
     for label, step in steps.items():
-        torch.cuda.synchronize()
-        resident = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        extra = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        extra = step_peak_gib(step)
         mfu = flops / median[label] / (peak * 1e12)
         logger.info("%-11s %.1f ms/step, %.0f tokens/s, MFU %.1f%% (peak %.0f TFLOP/s), step peak memory above "
                     "the resident models %.2f GiB", label, median[label] * 1e3,
@@ -275,12 +280,7 @@ def gpu_norm_ffn(args) -> None:
                 torch.cuda.get_device_name(), torch.__version__, shape.batch, shape.src_len, shape.tgt_len,
                 args.repeats, args.gpu_steps)
     for name, step in steps.items():
-        torch.cuda.synchronize()
-        resident = torch.cuda.memory_allocated()
-        torch.cuda.reset_peak_memory_stats()
-        step()
-        torch.cuda.synchronize()
-        extra = (torch.cuda.max_memory_allocated() - resident) / 2**30
+        extra = step_peak_gib(step)
         logger.info("norm/ffn %-15s %.1f ms/step, step peak memory above the resident models %.2f GiB "
                     "(repeats: %s)", name, median[name] * 1e3, extra, ", ".join(f"{t * 1e3:.1f}" for t in raw[name]))
     for suffix in ("", " compiled"):

@@ -341,13 +341,22 @@ def _shared_block_mask(key_padding_mask, causal, q_len, k_len, device):
     return mask
 
 
-def _flex_unsupported(q, k, v, bias) -> Optional[str]:
-    """Why a biased call cannot run on flex, or None."""
+def _per_distance_unsupported(bias) -> Tuple[Optional[RelativeBias], Optional[str]]:
+    """The per-distance bias of a call, and why the per-distance kernels (flex, triton) cannot
+    take it (or None)."""
     rel = bias.rel if isinstance(bias, FoldedBias) else bias
     if not isinstance(rel, RelativeBias):
-        return "a dense bias tensor has no per-distance form"
+        return None, "a dense bias tensor has no per-distance form"
     if rel.query_offset != 0:
-        return "a cached decoding step (queries offset from the keys)"
+        return rel, "a cached decoding step (queries offset from the keys)"
+    return rel, None
+
+
+def _flex_unsupported(q, k, v, bias) -> Optional[str]:
+    """Why a biased call cannot run on flex, or None."""
+    rel, reason = _per_distance_unsupported(bias)
+    if reason is not None:
+        return reason
     if not q.is_cuda and torch.is_grad_enabled() and any(
             t.requires_grad for t in (q, k, v, rel.per_distance)):
         return "FlexAttention has no backward on CPU"
@@ -372,11 +381,9 @@ def _flex(q, k, v, bias: "FoldedBias", scale):
 
 def _triton_unsupported(q, k, v, bias) -> Optional[str]:
     """Why a biased call cannot run on the triton kernel, or None."""
-    rel = bias.rel if isinstance(bias, FoldedBias) else bias
-    if not isinstance(rel, RelativeBias):
-        return "a dense bias tensor has no per-distance form"
-    if rel.query_offset != 0:
-        return "a cached decoding step (queries offset from the keys)"
+    rel, reason = _per_distance_unsupported(bias)
+    if reason is not None:
+        return reason
     from . import triton_rpe_attention
 
     return triton_rpe_attention.unsupported_reason(q, k, v, rel.per_distance)
