@@ -91,6 +91,8 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return "the kernels were imported under TRITON_INTERPRET=1 (interpreter) on a CUDA tensor"
     if not q.is_cuda and not INTERPRETED:
         return "CPU tensors need Triton's interpreter (import with TRITON_INTERPRET=1)"
+    if not q.is_cuda and interpreter_problem() is not None:
+        return interpreter_problem()
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtype {q.dtype} (needs fp16, bf16 or fp32, the same for q, k, v)"
     if not 1 <= q.size(-1) <= 256 or v.size(-1) != q.size(-1):
@@ -364,6 +366,44 @@ if triton is not None:
         keep = _keep(tl.load(SEED), bh, offs_m, offs_n, T, S, dropout_p)
         lin = (bh.to(tl.int64) * T + offs_m[:, None]) * S + offs_n[None, :]
         tl.store(OUT + lin, keep.to(tl.int8), mask=(offs_m[:, None] < T) & (offs_n[None, :] < S))
+
+    @triton.jit
+    def _loop_probe_kernel(OUT, n):
+        total = tl.zeros((1,), dtype=tl.float32)
+        for _ in range(0, n, 1):
+            total += 1.0
+        tl.store(OUT + tl.arange(0, 1), total)
+
+
+_INTERPRETER_PROBE = []  # [None or the reason], filled by the first `interpreter_problem` call
+
+
+def interpreter_problem() -> Optional[str]:
+    """Why Triton's interpreter cannot run these kernels in this environment, or None (no
+    interpreter in use, or it works). Probed once with a loop bounded by a kernel argument, which
+    every kernel here has: Triton 3.6's interpreter fails there ("only 0-dimensional arrays can be
+    converted to Python scalars", with NumPy 2.4 and 2.5); Triton 3.9's runs it."""
+    if triton is None or not INTERPRETED:
+        return None
+    if not _INTERPRETER_PROBE:
+        out = torch.zeros(1, dtype=torch.float32)
+        saved = os.environ.get("TRITON_INTERPRET")
+        os.environ["TRITON_INTERPRET"] = "1"  # Triton reads it again while an interpreted kernel runs
+        try:
+            _loop_probe_kernel[(1,)](out, 3)
+            problem = None if out.item() == 3.0 else f"a probe loop gave {out.item()} instead of 3.0"
+        except Exception as e:  # noqa: BLE001 - any failure means the interpreter cannot run them
+            problem = f"{type(e).__name__}: {str(e).splitlines()[0][:160]}" if str(e) else type(e).__name__
+        finally:
+            if saved is None:
+                del os.environ["TRITON_INTERPRET"]
+            else:
+                os.environ["TRITON_INTERPRET"] = saved
+        if problem is not None:
+            problem = (f"Triton {triton.__version__}'s interpreter cannot run these kernels ({problem}); "
+                       "Triton 3.9's can")
+        _INTERPRETER_PROBE.append(problem)
+    return _INTERPRETER_PROBE[0]
 
 
 def _next_pow2(n: int) -> int:

@@ -24,6 +24,7 @@ if not CUDA:
     os.environ["TRITON_INTERPRET"] = "1"
 try:
     pytest.importorskip("triton", reason="triton is not installed (it is installed on Linux x86_64 only)")
+    import triton  # noqa: E402
     import triton.language as tl  # noqa: E402
     from ast_t5.modules import triton_rpe_attention as tra  # noqa: E402
 
@@ -59,9 +60,10 @@ _skip_without_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (the 
 def requires_cuda(test):
     """GPU test: marked ``cuda`` (scripts/gpu_check.sh runs ``-m cuda``), skipped without CUDA."""
     return pytest.mark.cuda(_skip_without_cuda(test))
+_INTERPRETER_PROBLEM = tra.interpreter_problem() if _INTERPRETER_READY else None
 cpu_only = pytest.mark.skipif(
-    not _INTERPRETER_READY,
-    reason="CUDA host: the GPU tests cover the compiled kernels" if CUDA else
+    not _INTERPRETER_READY or _INTERPRETER_PROBLEM is not None,
+    reason="CUDA host: the GPU tests cover the compiled kernels" if CUDA else _INTERPRETER_PROBLEM or
     "triton was imported in compiled mode before this module: see test_interpreter_checks_in_a_fresh_process")
 SMALL = (16, 16, 16, 4)  # blocks for the interpreter: several tiles per row at T ~ 40
 
@@ -83,6 +85,14 @@ def test_interpreter_checks_in_a_fresh_process():
                           env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0 and " passed" in proc.stdout, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "fresh_process" not in proc.stdout.split("short test summary")[-1]  # there they ran in-process
+
+
+@pytest.mark.skipif(not _INTERPRETER_READY or tuple(map(int, triton.__version__.split(".")[:2])) < (3, 9),
+                    reason="needs Triton >= 3.9 under the interpreter (the version whose interpreter is known to run them)")
+def test_the_interpreter_probe_does_not_skip_the_checks_where_triton_can_run_them():
+    """The probe that skips this file's interpreter checks (Triton 3.6's interpreter cannot run a
+    loop bounded by a kernel argument) must not fire with Triton 3.9, which CI installs."""
+    assert _INTERPRETER_PROBLEM is None
 
 
 def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0):
