@@ -22,7 +22,7 @@ gradient reaching the table, as in the model:
 - triton: the ``triton`` backend (ast_t5/modules/triton_rpe_attention.py): our tiled Triton kernel
   reading the (H, 2 M + 1) vector, with dropout, padding and the table gradient reduced per
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
-  ``--triton-blocks BM,BN,BB,WARPS ...`` adds one row per tile configuration (``triton:...``), to
+  ``--triton-blocks BM,BN,BB,WARPS[,STAGES] ...`` adds one row per tile configuration (``triton:...``), to
   tune `triton_rpe_attention.default_blocks` from one run;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
@@ -67,9 +67,10 @@ def parse_args(argv=None):
                    help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
-    p.add_argument("--triton-blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS",
+    p.add_argument("--triton-blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES]",
                    help="extra `triton` rows with these tiles (forward BLOCK_M, BLOCK_N, backward BLOCK, "
-                        "num_warps), e.g. 128,64,64,8 64,64,32,4: to tune triton_rpe_attention.default_blocks")
+                        "num_warps[, num_stages: default 3]), e.g. 128,64,64,8 64,64,32,4,3: to tune "
+                        "triton_rpe_attention.default_blocks")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -84,7 +85,8 @@ def parse_args(argv=None):
     cuda = args.device == "cuda"
     if cuda and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
-    defaults = dict(lengths=[512, 1024, 2048] if cuda else [64], batch=16 if cuda else 2,
+    # the length first, so that a run cut short by a time limit still has it
+    defaults = dict(lengths=[1024, 512, 2048] if cuda else [64], batch=16 if cuda else 2,
                     heads=12 if cuda else 2, head_dim=64 if cuda else 16, dtype="bf16" if cuda else "fp32",
                     repeats=20 if cuda else 3, warmup=5 if cuda else 1)
     for name, value in defaults.items():
@@ -93,9 +95,9 @@ def parse_args(argv=None):
     try:
         args.triton_blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.triton_blocks]
     except ValueError:
-        p.error("--triton-blocks: each value is BM,BN,BB,WARPS (integers)")
-    if any(len(b) != 4 or min(b) < 1 or b[2] < 16 for b in args.triton_blocks):
-        p.error("--triton-blocks: four positive integers each, the backward block >= 16")
+        p.error("--triton-blocks: each value is BM,BN,BB,WARPS[,STAGES] (integers)")
+    if any(len(b) not in (4, 5) or min(b) < 1 or b[2] < 16 for b in args.triton_blocks):
+        p.error("--triton-blocks: four or five positive integers each, the backward block >= 16")
     args.backends = list(args.backends) + ["triton:" + "x".join(map(str, b)) for b in args.triton_blocks]
     if min(args.lengths) < 2 or args.batch < 1 or args.heads < 1 or args.head_dim < 1 or args.repeats < 1:
         p.error("lengths must be >= 2 and batch, heads, head-dim, repeats >= 1")

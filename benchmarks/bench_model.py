@@ -21,11 +21,11 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from ast_t5.models.flops import peak_tflops_for, training_flops
+
 logger = logging.getLogger("bench_model")
 
 PAD, EOS, FIRST_REGULAR = 1, 2, 4  # fairseq Dictionary specials
-# Peak dense bf16 tensor-core TFLOP/s by device-name fragment (vendor data sheets, no sparsity).
-PEAK_BF16_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 
 
 @dataclass
@@ -169,27 +169,14 @@ def _transformers_version() -> str:
 
 
 def model_flops_per_step(model, batch) -> float:
-    """Training FLOPs of one step: 6 x non-embedding params x tokens per stack (padded shapes, what
-    the hardware computes; the output head counts with the decoder), plus 3 x the forward
-    attention matmuls (q k^T and p v, 2 FLOPs per multiply-add)."""
+    """Training FLOPs of one step on ``batch`` (`ast_t5.models.flops.training_flops`: padded shapes)."""
     src, prev, _ = batch
-    bsz, src_len, tgt_len = src.size(0), src.size(1), prev.size(1)
-    enc = sum(p.numel() for n, p in model.encoder.named_parameters() if "embed_tokens" not in n)
-    dec = sum(p.numel() for n, p in model.decoder.named_parameters() if "embed_tokens" not in n)
-    cfg = model.cfg
-    inner = cfg.num_heads * (cfg.head_dim or cfg.embed_dim // cfg.num_heads)
-    attn_fwd = 4 * bsz * inner * (cfg.encoder_layers * src_len * src_len
-                                  + cfg.decoder_layers * (tgt_len * tgt_len + tgt_len * src_len))
-    return 6.0 * (enc * bsz * src_len + dec * bsz * tgt_len) + 3.0 * attn_fwd
+    return training_flops(model, src.size(0), src.size(1), prev.size(1))
 
 
 def peak_tflops(name: str, override: float) -> float:
-    if override:
-        return override
-    for fragment, tflops in PEAK_BF16_TFLOPS.items():
-        if fragment in name:
-            return tflops
-    return float("nan")
+    """``override``, else the GPU's dense bf16 peak by name (`ast_t5.models.flops`), else NaN."""
+    return override or peak_tflops_for(name) or float("nan")
 
 
 def gpu_t5_base(args) -> None:

@@ -19,11 +19,13 @@ included; its peak memory above what was resident before it is measured there), 
 ``--repeats`` blocks of ``--updates`` updates alternate between the two, first one then the
 other first; the median seconds per update of each is reported.
 
-FLOPs per update (DESIGN.md section 8), from the padded batch shapes (what the hardware computes):
-``6 x (encoder params x B x S + decoder params incl. the output head x B x T)`` plus attention's
-``3 x 4 x B x heads x head_dim x (enc_layers x S^2 + dec_layers x (T^2 + T x S))`` (q k^T and p v,
-forward and backward; embeddings excluded, causal attention counted in full). MFU divides by the
-device's dense bf16 peak (H100 SXM: 989 TFLOP/s; ``--peak-tflops`` overrides). Tokens/s counts
+FLOPs per update: `ast_t5.models.flops.training_flops` (what the training log's ``tflops`` and
+``mfu`` count), from the padded batch shapes (what the hardware computes): ``6 x ((encoder
+matrices + the decoder's cross-attention K/V matrices) x B x S + other decoder matrices incl. the
+output head x B x T)`` plus attention's ``3 x 4 x B x heads x head_dim x (enc_layers x S^2 +
+dec_layers x (T^2 + T x S))`` (q k^T and p v, forward and backward; lookups excluded, causal
+attention counted in full). MFU divides by the device's dense bf16 peak (H100 SXM: 989 TFLOP/s;
+``--peak-tflops`` overrides). Tokens/s counts
 non-pad source plus target tokens.
 
 ``--profile`` splits one update of ours into forward (criterion call), backward, optimizer (clip and

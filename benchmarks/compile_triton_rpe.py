@@ -32,7 +32,13 @@ def parse_args(argv=None):
     p.add_argument("--head-dims", type=int, nargs="+", default=[32, 64, 128])
     p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=sorted(VARIANTS))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    p.add_argument("--blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES]",
+                   help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
     args = p.parse_args(argv)
+    try:
+        args.blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.blocks]
+    except ValueError:
+        p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES] (integers)")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
     return args
@@ -60,14 +66,14 @@ def _signature(fn, dtype, consts):
     return sig
 
 
-def compile_kernel(fn, dtype, consts, arch, num_warps):
+def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages):
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
     constexprs = {(fn.arg_names.index(name),): value for name, value in consts.items()}
     src = ASTSource(fn, _signature(fn, dtype, consts), constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=2))
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
 def resources(kernel) -> dict:
@@ -95,11 +101,17 @@ def main(argv=None) -> int:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
     spills = 0
-    print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<12} "
+    print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
           f"{'regs':>4} {'stack':>5} {'smem':>6} {'s':>5}")
-    for arch, head_dim, variant in itertools.product(args.arch, args.head_dims, args.variants):
+    for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
+                                                            args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
-        block_m, block_n, block_bwd, warps = tra.default_blocks(head_dim, torch.device("cuda"), dropout)
+        try:
+            block_m, block_n, block_bwd, warps, stages = tra.resolve_blocks(
+                blocks or tra.default_blocks(head_dim, torch.device("cuda"), dropout))
+        except ValueError as e:
+            print(f"compile_triton_rpe: {e}", file=sys.stderr)
+            return 2
         common = dict(M=MAX_DISTANCE, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}"),
@@ -109,9 +121,9 @@ def main(argv=None) -> int:
                     f"{block_bwd}x{block_bwd}"))
         for name, fn, consts, tiles in kernels:
             t0 = time.time()
-            info = resources(compile_kernel(fn, args.dtype, consts, arch, warps))
+            info = resources(compile_kernel(fn, args.dtype, consts, arch, warps, stages))
             spills += bool(info["stack"])
-            print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {tiles + '/' + str(warps) + 'w':<12} "
+            print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {tiles + '/' + str(warps) + 'w' + str(stages) + 's':<14} "
                   f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {time.time() - t0:>5.1f}", flush=True)
     print(f"{spills} kernel(s) with a spill stack")
     return 0

@@ -1,29 +1,34 @@
 #!/usr/bin/env bash
-# Every GPU figure and check of this project in one call, inside 10 minutes:
+# Every GPU figure and check of this project, in three calls of under 10 minutes each:
 #
-#   bash scripts/gpu_check.sh OUTDIR
+#   GPU_CHECK_STEPS=attention bash scripts/gpu_check.sh OUTDIR   # 1. attention backends and tiles
+#   GPU_CHECK_STEPS=train     bash scripts/gpu_check.sh OUTDIR   # 2. trainer, HF, the real recipe
+#   GPU_CHECK_STEPS=rest      bash scripts/gpu_check.sh OUTDIR   # 3. model step, norm/FFN, whole suite
 #
 # On the project's GPU host (Python 3.12, CUDA torch, no package registry), from the project root:
-#   source ../shared/gpu/device_env.sh && bash scripts/gpu_check.sh "$OUT"
+#   source ../shared/gpu/device_env.sh && GPU_CHECK_STEPS=attention bash scripts/gpu_check.sh "$OUT"
 # (carry liger-kernel for the fused cross-entropy: bash ../shared/gpu/bundle.sh liger-kernel==0.8.5)
 #
-# Steps, each under `timeout`, in order of value, inside one overall budget (GPU_CHECK_BUDGET_S,
-# default 520 s, so that it fits a 10-minute call with the environment set-up):
-#   1. build the fused_ops CUDA extension in place                        -> build.log
-#   2. the CUDA tests (pytest -m cuda)                                     -> tests.log
-#   3. bench_train.py --device cuda --profile (trainer vs HF, time budget,
-#      host syncs per update)                                              -> bench_train.log, train.json
-#   4. bench_model.py --device cuda --skip-cpu (model step, fused softmax) -> bench_model.log
-#      and --norm-ffn (eager vs liger RMSNorm / gated GELU, ~30 s)          -> bench_model.log
-#   5. bench_attention.py --device cuda (when the file exists)            -> attention.log, attention.json
-#   6. the whole suite except the CUDA tests already run                   -> tests.log (appended)
-# The steps 1-5 usually leave too little of the budget for the whole suite; a second call runs it:
-#   GPU_CHECK_STEPS="build suite" bash scripts/gpu_check.sh "$OUT"
-# (GPU_CHECK_STEPS: the step names to run, space-separated: build cuda_tests bench_train
-# bench_model norm_ffn bench_attention suite; default all.)
-# Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures.
-# At most 8 files are written to OUTDIR. Exit status: 0 when every step passed, 1 otherwise,
-# 2 on a usage error.
+# Steps, each under `timeout`, inside one overall budget per call (GPU_CHECK_BUDGET_S, default 520 s,
+# so that a call fits 10 minutes with the environment set-up):
+#   build            the fused_ops CUDA extension in place                       -> build.log
+#   cuda_tests       pytest -m cuda (fast paths really ran, GPU numerics)         -> tests.log
+#   bench_attention  bench_attention.py --device cuda: every backend, 1024 first   -> attention.log
+#   triton_tiles     the triton backend's tile candidates against sdpa            -> attention.log
+#   bench_train      bench_train.py --device cuda --profile (trainer vs HF,
+#                    time budget, host syncs per update)                          -> bench_train.log
+#   recipe           bench_recipe.py --device cuda: fairseq-hydra-train base +
+#                    single_gpu, 200 updates on the default corpus (MFU, memory,
+#                    OOM recoveries)                                              -> recipe.log
+#   bench_model      bench_model.py --device cuda --skip-cpu (model step)         -> bench_model.log
+#   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU)     -> bench_model.log
+#   suite            the whole suite except the CUDA tests                        -> tests.log
+# GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build cuda_tests
+# bench_attention triton_tiles; train = build bench_train recipe; rest = build bench_model norm_ffn
+# suite; all (the default) = every step in the order above (the budget cuts the last ones).
+# Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures
+# (their JSON files are kept outside OUTDIR and embedded here). At most 8 files are written to
+# OUTDIR. Exit status: 0 when every step passed, 1 otherwise, 2 on a usage error.
 set -uo pipefail
 if [ $# -ne 1 ] || [ -z "$1" ]; then
   echo "usage: bash scripts/gpu_check.sh OUTDIR" >&2
@@ -35,16 +40,22 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
-STEPS=${GPU_CHECK_STEPS:-build cuda_tests bench_train bench_model norm_ffn bench_attention suite}
-for step in $STEPS; do
+ALL_STEPS="build cuda_tests bench_attention triton_tiles bench_train recipe bench_model norm_ffn suite"
+STEPS=""
+for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
-    build|cuda_tests|bench_train|bench_model|norm_ffn|bench_attention|suite) ;;
-    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (build cuda_tests bench_train bench_model norm_ffn bench_attention suite)" >&2; exit 2 ;;
+    all) STEPS="$STEPS $ALL_STEPS" ;;
+    attention) STEPS="$STEPS build cuda_tests bench_attention triton_tiles" ;;
+    train) STEPS="$STEPS build bench_train recipe" ;;
+    rest) STEPS="$STEPS build bench_model norm_ffn suite" ;;
+    build|cuda_tests|bench_attention|triton_tiles|bench_train|recipe|bench_model|norm_ffn|suite) STEPS="$STEPS $step" ;;
+    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train rest; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
 START=$(date +%s)
 STATUS_FILE=$(mktemp)
-trap 'rm -f "$STATUS_FILE"' EXIT
+WORK=$(mktemp -d)  # the benchmarks' JSON files and the recipe's corpus (embedded in figures.json)
+trap 'rm -rf "$STATUS_FILE" "$WORK"' EXIT
 
 # run NAME CAP LOG CMD...: run CMD under timeout min(CAP, what is left of the budget), append its
 # output to LOG, record "name rc seconds" in the status file.
@@ -69,19 +80,25 @@ run() {
 }
 
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+# tile candidates of the triton backend (BM,BN,BB,WARPS,STAGES), spill-free or nearly at D 64 on sm90
+# (benchmarks/compile_triton_rpe.py --blocks ...); the default tiles are its plain `triton` row
+TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,32,64,8,2 128,64,64,8,3 128,64,32,8,3 128,32,32,4,3 64,32,32,4,2}
 run build 120 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
 run cuda_tests 150 tests.log "$PY" -m pytest -q -m cuda -rs tests
-run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$OUTDIR/train.json"
+run bench_attention 200 attention.log "$PY" benchmarks/bench_attention.py --device cuda --json "$WORK/attention.json"
+# shellcheck disable=SC2086
+run triton_tiles 120 attention.log "$PY" benchmarks/bench_attention.py --device cuda --backends sdpa triton \
+  --lengths 1024 2048 512 --padding padded --triton-blocks $TRITON_TILES --json "$WORK/attention_tiles.json"
+run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$WORK/train.json"
+run recipe 240 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout 225 --work "$WORK" \
+  --log "$OUTDIR/recipe.log" --json "$WORK/recipe.json"
 run bench_model 90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu
 run norm_ffn 45 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu --norm-ffn --gpu-steps 5 --repeats 5
-if [ -f benchmarks/bench_attention.py ]; then
-  run bench_attention 90 attention.log "$PY" benchmarks/bench_attention.py --device cuda --json "$OUTDIR/attention.json"
-fi
 run suite 300 tests.log "$PY" -m pytest -q -m "not cuda" -rs tests
 
-"$PY" - "$OUTDIR" "$STATUS_FILE" <<'PY'
+"$PY" - "$OUTDIR" "$STATUS_FILE" "$WORK" <<'PY'
 import json, os, re, sys, time
-out, status_file = sys.argv[1], sys.argv[2]
+out, status_file, work = sys.argv[1], sys.argv[2], sys.argv[3]
 figures = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "steps": {}}
 for line in open(status_file):
     name, rc, seconds = line.split()
@@ -98,11 +115,12 @@ def read(name):
 tests = read("tests.log")
 figures["pytest_summaries"] = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", tests, re.M)
 figures["pytest_failures"] = re.findall(r"^FAILED (\S+)", tests, re.M)
-for name in ("train.json", "attention.json"):
-    text = read(name)
-    if text:
+for name in ("train.json", "attention.json", "attention_tiles.json", "recipe.json"):
+    path = os.path.join(work, name)
+    if os.path.exists(path):
         try:
-            figures[name[:-5]] = json.loads(text)
+            with open(path, encoding="utf-8") as f:
+                figures[name[:-5]] = json.load(f)
         except ValueError as e:
             figures[name[:-5]] = f"unreadable: {e}"
 figures["bench_model"] = [l.strip() for l in read("bench_model.log").splitlines()

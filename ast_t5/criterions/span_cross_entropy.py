@@ -5,6 +5,10 @@ are neither a sentinel nor ``</s>``) and, when the batch says which language eac
 from, each language's share of the batch's target tokens (``share_<lang>``). All logged values
 are sums over samples, so they can be summed across workers.
 
+In training it also logs the model's FLOP rate, ``tflops`` (per process, DESIGN.md section 8's
+count: `ast_t5.models.flops`), and on a GPU whose peak is known, ``mfu``: that rate over the
+device's dense bf16 peak, in percent (model-FLOPs utilization).
+
 No value is read back to the host inside the update: every logged count stays a device tensor
 (fairseq reads them when it reduces the logs at the end of the update), so the CPU keeps queueing
 the backward while the forward runs.
@@ -31,6 +35,8 @@ import torch.nn.functional as F
 from fairseq import metrics
 from fairseq.criterions import FairseqCriterion, register_criterion
 from fairseq.dataclass import ChoiceEnum, FairseqDataclass
+
+from ..models.flops import device_peak_tflops, training_flops
 
 logger = logging.getLogger(__name__)
 
@@ -86,7 +92,22 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
                "nsentences": sample["nsentences"], "sample_size": ntokens}
         log.update(self._accuracy(predicted, target))
         log.update(self._language_shares(sample, target))
+        if model.training:
+            log.update(self._model_flops(model, sample))
         return loss, ntokens, log
+
+    def _model_flops(self, model, sample):
+        """This step's model FLOPs (host arithmetic on the batch's padded shapes: no sync), and,
+        once per process, the device's peak that turns their rate into MFU."""
+        global _DEVICE_PEAK_TFLOPS
+        src, prev = sample["net_input"]["src_tokens"], sample["net_input"]["prev_output_tokens"]
+        try:
+            flops = training_flops(model, src.size(0), src.size(1), prev.size(1))
+        except AttributeError:  # not an AstT5Model (no encoder/decoder/cfg): nothing to count
+            return {}
+        if _DEVICE_PEAK_TFLOPS is None:
+            _DEVICE_PEAK_TFLOPS = device_peak_tflops(src.device) or 0.0
+        return {"flops": flops}
 
     def _eager_loss(self, model, sample, target):
         self.last_path = "eager"
@@ -176,10 +197,25 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
         keys = {k for log in logging_outputs for k in log if k.startswith("lang_tokens:")}
         for key in sorted(keys):
             metrics.log_scalar("share_" + key.split(":", 1)[1], total(key) / max(ntokens, 1), ntokens, round=3)
+        flops = total("flops")
+        if flops:
+            # model TFLOP/s per process (the sum covers every rank), and its share of the GPU's peak
+            world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
+            metrics.log_speed("tflops", float(flops) / 1e12 / world, priority=95, round=2)
+            if _DEVICE_PEAK_TFLOPS:
+                metrics.log_derived("mfu", _mfu)
 
     @staticmethod
     def logging_outputs_can_be_summed() -> bool:
         return True
+
+
+_DEVICE_PEAK_TFLOPS = None  # dense bf16 peak of this process's device (0: unknown), set at the first step
+
+
+def _mfu(meters):
+    """Model-FLOPs utilization in percent: the logged TFLOP/s over the device's dense bf16 peak."""
+    return round(100.0 * meters["tflops"].avg / _DEVICE_PEAK_TFLOPS, 1)
 
 
 def _masked_accuracy(meters):

@@ -410,23 +410,39 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-BLOCKS_OVERRIDE = None  # (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps) for every call: tuning runs
+BLOCKS_OVERRIDE = None  # (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages]) for every call: tuning runs
+DEFAULT_STAGES = 3  # software-pipelining stages of every kernel when a tile tuple gives none (Triton's default)
 
 
 def default_blocks(head_dim: int, device: torch.device, dropout: bool = False):
-    """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps).
+    """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps, num_stages).
 
-    On CUDA: the largest tiles for which ptxas reports no register spills for sm80 and sm90
-    (`benchmarks/compile_triton_rpe.py`, which compiles the kernels without a GPU); their speed is
-    not measured yet. On CPU (the interpreter): moderate tiles, few programs.
+    On CUDA: the largest tiles for which ptxas reports no register spills on sm90 at
+    `DEFAULT_STAGES` (`benchmarks/compile_triton_rpe.py`, which compiles the kernels without a
+    GPU; a few sm80 variants keep a spill of 8-24 bytes); their speed is not measured yet
+    (`scripts/gpu_check.sh`'s triton_tiles step times them against other candidates). On CPU
+    (the interpreter): moderate tiles, few programs.
     """
     if device.type != "cuda":
-        return 32, 32, 32, 4
+        return 32, 32, 32, 4, DEFAULT_STAGES
     if head_dim <= 64:
-        return 128, 32, 32 if dropout else 64, 8
+        return 128, 32, 32 if dropout else 64, 8, DEFAULT_STAGES
     if head_dim <= 128:
-        return 64, 64 if not dropout else 32, 32, 8
-    return 32, 32, 16, 8
+        return 64, 64 if not dropout else 32, 32, 8, DEFAULT_STAGES
+    return 32, 32, 16, 8, DEFAULT_STAGES
+
+
+def resolve_blocks(blocks) -> tuple:
+    """A tile tuple of 4 (stages: `DEFAULT_STAGES`) or 5 positive integers, checked."""
+    blocks = tuple(int(b) for b in blocks)
+    if len(blocks) == 4:
+        blocks += (DEFAULT_STAGES,)
+    if len(blocks) != 5 or min(blocks) < 1:
+        raise ValueError(f"tiles must be (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages]), "
+                         f"positive, got {blocks}")
+    if blocks[2] < 16:
+        raise ValueError("the backward block must be >= 16 (tl.dot)")
+    return blocks
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -456,7 +472,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         pd = per_distance.detach().to(torch.float32).contiguous()
         kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
-        block_m, block_n, block_bwd, warps = blocks
+        block_m, block_n, block_bwd, warps, stages = blocks
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
@@ -467,7 +483,7 @@ class _TritonRPEAttention(torch.autograd.Function):
             H, T, S, D, float(scale), float(dropout_p),
             M=M, HAS_KPM=key_padding is not None, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
-            num_warps=warps)
+            num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, pd, kpm, seed, o, lse)
         ctx.meta = (key_padding is not None, bool(causal), float(dropout_p), float(scale), blocks,
                     per_distance.dtype)
@@ -480,7 +496,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         B, H, T, D = q.shape
         S = k.size(2)
         M = (pd.size(1) - 1) // 2
-        block_m, block_n, block_bwd, warps = blocks
+        block_m, block_n, block_bwd, warps, stages = blocks
         do = _as_kernel_input(grad_out)
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
         # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
@@ -493,7 +509,8 @@ class _TritonRPEAttention(torch.autograd.Function):
             else torch.zeros(1, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
         common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
-                      BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, num_warps=warps)
+                      BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, num_warps=warps,
+                      num_stages=stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         _bwd_dkdv_kernel[(n_blocks, B * H)](
@@ -519,7 +536,8 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         causal: keys after the query are masked (T == S).
         dropout_p: attention-probability dropout (0 in eval).
         scale: multiplier of q k^T.
-        blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps), default `default_blocks`.
+        blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages]), default
+            `default_blocks`.
     Returns:
         (B, H, T, D) in q's dtype.
     """
@@ -533,9 +551,7 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     kpm = None
     if key_padding_mask is not None:
         kpm = key_padding_mask.to(device=q.device, dtype=torch.uint8).contiguous()
-    blocks = tuple(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device, dropout_p > 0))
-    if blocks[2] < 16:
-        raise ValueError("the backward block must be >= 16 (tl.dot)")
+    blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device, dropout_p > 0))
     return _TritonRPEAttention.apply(q, k, v, per_distance, kpm, causal, dropout_p, scale, blocks)
 
 

@@ -95,6 +95,15 @@ def test_the_interpreter_probe_does_not_skip_the_checks_where_triton_can_run_the
     assert _INTERPRETER_PROBLEM is None
 
 
+def test_tile_tuples_take_optional_stages_and_are_checked():
+    assert tra.resolve_blocks((128, 64, 64, 8)) == (128, 64, 64, 8, tra.DEFAULT_STAGES)
+    assert tra.resolve_blocks([64, 32, 32, 4, 3]) == (64, 32, 32, 4, 3)
+    assert len(tra.default_blocks(64, torch.device("cuda"), dropout=True)) == 5
+    for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9)]:
+        with pytest.raises(ValueError):
+            tra.resolve_blocks(bad)
+
+
 def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, n, D, generator=g).to(device, dtype).requires_grad_() for n in (T, S, S))
@@ -319,12 +328,12 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
     out = tmp_path / "attention.json"
-    assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4", "--lengths", "24",
+    assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4,3", "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
                        "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
-    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4") for p in (0.0, 0.1)}
+    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4x3") for p in (0.0, 0.1)}
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
         if backend != "sdpa":

@@ -1,0 +1,232 @@
+"""The pre-training recipe as users run it, timed: ``fairseq-hydra-train`` on a real corpus.
+
+    python benchmarks/bench_recipe.py --device cuda                        # base + single_gpu, 200 updates
+    python benchmarks/bench_recipe.py --device cuda --config ast_t5_paper_base
+    python benchmarks/bench_recipe.py --device cuda --run-config single_gpu_40gb --override model.compile=false
+    python benchmarks/bench_recipe.py --device cpu                         # tiny config, a few updates
+
+What ``bench_train.py`` cannot show: the whole command (its data loading and masking in
+DataLoader workers, bucketing, batching by ``max_tokens``, fairseq's loop, logging and memory
+handling) at the recipe's own batch size. The corpus is the default one (this interpreter's
+standard library and the bundled samples), preprocessed once into ``--work`` with a 32k
+vocabulary on CUDA (15 s on 2 cores; reused by later runs), or ``--data`` for your own.
+
+It runs ``python -m fairseq_cli.hydra_train --config-name CONFIG +run_config=RUN_CONFIG`` for
+``--updates`` updates with JSON logs every ``--log-interval`` updates, no checkpoint saving and no
+validation, and reads fairseq's own ``train_inner`` records: updates/s, target tokens/s (fairseq's
+``wps``: our criterion's ``ntokens`` are target tokens), samples per update, model TFLOP/s and MFU (logged by our criterion: ``ast_t5.models.flops``), and the peak memory
+of each interval (the GPU's memory minus fairseq's ``gb_free``, which is measured from the
+allocator's peak since the previous record). Steady state: the median over the records after the
+first (which holds compilation and warm-up). Every OOM recovery fairseq logs is counted: the
+recipes' target is none.
+
+Prints one summary; ``--json`` writes every record and the summary (atomically). Exit status:
+0 when the run finished with no OOM recovery, 1 otherwise.
+"""
+import argparse
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Dict, List, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG_DIR = os.path.join(REPO, "config", "pretrain")
+OOM_MARKERS = ("attempting to recover from OOM", "OOM during optimization", "ran out of memory in validation")
+DEFAULTS = {  # device -> config, run config, updates, log interval, vocabulary of the default corpus
+    "cuda": ("base", "single_gpu", 200, 20, 32000),
+    "cpu": ("tiny", "", 12, 4, 2000),
+}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--config", default=None, help="config/pretrain/<name>.yaml (default: base on cuda, tiny on cpu)")
+    p.add_argument("--run-config", default=None,
+                   help="config/pretrain/run_config/<name>.yaml (default: single_gpu on cuda, none on cpu; '' for none)")
+    p.add_argument("--updates", type=int, default=0, help="optimization.max_update (default: 200 cuda, 12 cpu)")
+    p.add_argument("--log-interval", type=int, default=0, help="common.log_interval (default: 20 cuda, 4 cpu)")
+    p.add_argument("--data", default="", help="a preprocessed corpus (default: the default corpus, made in --work)")
+    p.add_argument("--work", default="", help="folder for the corpus and the run (default: a temporary one)")
+    p.add_argument("--vocab-size", type=int, default=0, help="vocabulary of the default corpus (32000 cuda, 2000 cpu)")
+    p.add_argument("--workers", type=int, default=0, help="preprocessing workers (default: all cores)")
+    p.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
+    p.add_argument("--timeout", type=float, default=0.0, help="seconds before the run is stopped (0: none)")
+    p.add_argument("--log", default="", help="also write the trainer's whole output here")
+    p.add_argument("--json", default="", help="write the records and the summary to this JSON file")
+    args = p.parse_args(argv)
+    config, run_config, updates, interval, vocab = DEFAULTS[args.device]
+    args.config = args.config or config
+    args.run_config = run_config if args.run_config is None else args.run_config
+    args.updates = args.updates or updates
+    args.log_interval = args.log_interval or interval
+    args.vocab_size = args.vocab_size or vocab
+    args.workers = args.workers or max(1, min(16, os.cpu_count() or 1))
+    if args.updates < 2 * args.log_interval:
+        p.error("--updates must be at least twice --log-interval (the first record is warm-up)")
+    if not os.path.exists(os.path.join(CONFIG_DIR, args.config + ".yaml")):
+        p.error(f"no config {args.config!r} in {CONFIG_DIR}")
+    if args.run_config and not os.path.exists(os.path.join(CONFIG_DIR, "run_config", args.run_config + ".yaml")):
+        p.error(f"no run config {args.run_config!r} in {CONFIG_DIR}/run_config")
+    return args
+
+
+def default_corpus(work: str, vocab_size: int, workers: int) -> str:
+    """The default corpus preprocessed into ``work``/default_<vocab> (reused when complete)."""
+    out = os.path.join(work, f"default_{vocab_size}")
+    if os.path.exists(os.path.join(out, "manifest.json")):
+        print(f"# corpus: {out} (already preprocessed)", flush=True)
+        return out
+    t0 = time.perf_counter()
+    cmd = [sys.executable, "-m", "ast_t5_preprocess", "run", "-o", out, "--vocab-size", str(vocab_size),
+           "--workers", str(workers), "--no-progress", "--overwrite"]
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"bench_recipe: preprocessing the default corpus failed:\n{proc.stderr[-3000:]}")
+    print(f"# corpus: the default corpus preprocessed into {out} in {time.perf_counter() - t0:.0f} s", flush=True)
+    return out
+
+
+def train_command(args, data: str, save_dir: str) -> List[str]:
+    cmd = [sys.executable, "-m", "fairseq_cli.hydra_train", "--config-dir", CONFIG_DIR, "--config-name", args.config,
+           f"task.data={data}", f"optimization.max_update={args.updates}", f"common.log_interval={args.log_interval}",
+           "common.log_format=json", "checkpoint.no_save=true", "dataset.disable_validation=true",
+           f"checkpoint.save_dir={save_dir}"]
+    if args.run_config:
+        cmd.append(f"+run_config={args.run_config}")
+    if args.device == "cpu":
+        cmd.append("common.cpu=true")
+    return cmd + list(args.override)
+
+
+def parse_records(text: str) -> List[Dict]:
+    """fairseq's JSON ``train_inner`` records from its output, values as floats where they are numbers."""
+    records = []
+    for line in text.splitlines():
+        start = line.find("{")
+        if "[train_inner]" not in line or start < 0:
+            continue
+        try:
+            raw = json.loads(line[start:])
+        except ValueError:
+            continue
+        rec = {}
+        for key, value in raw.items():
+            try:
+                rec[key] = float(value)
+            except (TypeError, ValueError):
+                rec[key] = value
+        records.append(rec)
+    return records
+
+
+def count_ooms(text: str) -> int:
+    return sum(text.count(marker) for marker in OOM_MARKERS)
+
+
+def gpu_total_gib() -> Optional[float]:
+    try:
+        import torch
+
+        if torch.cuda.is_available():
+            return torch.cuda.get_device_properties(0).total_memory / 1024 ** 3
+    except Exception:  # noqa: BLE001 - the summary then has no peak memory
+        pass
+    return None
+
+
+def summarize(records: List[Dict], ooms: int, total_gib: Optional[float]) -> Dict:
+    """Steady state: medians over the records after the first."""
+    steady = records[1:]
+    out: Dict = {"records": len(records), "steady_records": len(steady), "oom_recoveries": ooms,
+                 "last_update": int(records[-1].get("num_updates", 0)) if records else 0}
+
+    def median(key):
+        values = [r[key] for r in steady if isinstance(r.get(key), float)]
+        return statistics.median(values) if values else None
+
+    for key in ("ups", "wps", "wpb", "bsz", "tflops", "mfu", "loss", "gb_free"):
+        out[key] = median(key)
+    if total_gib is not None:
+        free = [r["gb_free"] for r in records if isinstance(r.get("gb_free"), float)]
+        out["gpu_gib"] = total_gib
+        out["peak_gib"] = total_gib - min(free) if free else None
+    return out
+
+
+def format_summary(args, summary: Dict, seconds: float) -> str:
+    def fmt(value, spec):
+        return "n/a" if value is None else format(value, spec)
+
+    lines = [f"# {args.config}" + (f" + {args.run_config}" if args.run_config else "") +
+             f" on {args.device}: {summary['last_update']} of {args.updates} updates in {seconds:.0f} s, "
+             f"steady state = median of {summary['steady_records']} records of {args.log_interval} updates",
+             f"updates/s {fmt(summary['ups'], '.3f')}   target tokens/s (wps) {fmt(summary['wps'], ',.0f')}   "
+             f"samples/update {fmt(summary['bsz'], ',.0f')}",
+             f"model TFLOP/s {fmt(summary['tflops'], '.4g')}   "
+             f"MFU {'n/a (GPU peak unknown)' if summary['mfu'] is None else format(summary['mfu'], '.1f') + '%'}   "
+             f"OOM recoveries {summary['oom_recoveries']}"]
+    if summary.get("gpu_gib") is not None:
+        lines.append(f"peak memory {fmt(summary.get('peak_gib'), '.1f')} GiB of {summary['gpu_gib']:.1f} GiB")
+    return "\n".join(lines)
+
+
+def write_json(path: str, payload: Dict) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(payload, f, indent=1)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("bench_recipe: --device cuda: no CUDA device is available")
+    with tempfile.TemporaryDirectory(prefix="bench_recipe_") as tmp:
+        work = args.work or tmp
+        os.makedirs(work, exist_ok=True)
+        data = args.data or default_corpus(work, args.vocab_size, args.workers)
+        cmd = train_command(args, data, os.path.join(work, "checkpoints"))
+        print("# " + " ".join(cmd[1:]), flush=True)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        t0 = time.perf_counter()
+        try:
+            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                                  timeout=args.timeout or None)
+            output, returncode = proc.stdout + proc.stderr, proc.returncode
+        except subprocess.TimeoutExpired as e:
+            output = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
+            output += f"\nbench_recipe: stopped after --timeout {args.timeout:g} s\n"
+            returncode = None
+        seconds = time.perf_counter() - t0
+    if args.log:
+        with open(args.log, "a", encoding="utf-8") as f:
+            f.write(output)
+    records = parse_records(output)
+    summary = summarize(records, count_ooms(output), gpu_total_gib() if args.device == "cuda" else None)
+    summary.update(exit=returncode, seconds=seconds, config=args.config, run_config=args.run_config,
+                   updates=args.updates, log_interval=args.log_interval, overrides=args.override)
+    print(format_summary(args, summary, seconds))
+    if args.json:
+        write_json(args.json, {"summary": summary, "records": records, "command": cmd[1:]})
+        print(f"wrote {args.json}")
+    if returncode != 0:
+        print(f"bench_recipe: the run failed (exit {returncode}); its last lines:\n" +
+              "\n".join(output.splitlines()[-25:]), file=sys.stderr)
+        return 1
+    if not records or summary["oom_recoveries"]:
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,70 @@
+"""benchmarks/bench_recipe.py: the real `fairseq-hydra-train` run it times (CPU mode, as CI runs
+it) and how it reads fairseq's records and OOM recoveries."""
+import importlib.util
+import json
+import os
+
+import pytest
+
+PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_recipe.py")
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_recipe", PATH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, pretrain_data, tmp_path, capsys):
+    out = tmp_path / "recipe.json"
+    log = tmp_path / "recipe.log"
+    assert bench.main(["--device", "cpu", "--data", str(pretrain_data), "--updates", "8", "--log-interval", "2",
+                       "--work", str(tmp_path / "work"), "--json", str(out), "--log", str(log)]) == 0
+    payload = json.loads(out.read_text())
+    summary, records = payload["summary"], payload["records"]
+    assert summary["exit"] == 0 and summary["last_update"] == 8 and summary["oom_recoveries"] == 0
+    assert len(records) == 4 and summary["steady_records"] == 3
+    assert [r["num_updates"] for r in records] == [2.0, 4.0, 6.0, 8.0]
+    assert summary["ups"] > 0 and summary["wps"] > 0 and summary["tflops"] is not None
+    assert summary["mfu"] is None  # CPU: no peak
+    assert "config-name tiny" in " ".join(payload["command"]) and "checkpoint.no_save=true" in payload["command"]
+    assert "[train_inner]" in log.read_text()
+    assert "OOM recoveries 0" in capsys.readouterr().out
+
+
+def test_records_and_oom_recoveries_are_read_from_the_output(bench):
+    text = "\n".join([
+        '2026-11-23 10:00:00 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "9.1", "ups": "2.5", "num_updates": "20"}',
+        "2026-11-23 10:00:01 | WARNING | fairseq.trainer | attempting to recover from OOM in forward/backward pass",
+        '2026-11-23 10:00:02 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.9", "ups": "3.5", "mfu": "41.2", "num_updates": "40"}',
+        '2026-11-23 10:00:03 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.7", "ups": "4.5", "mfu": "43.0", "num_updates": "60"}',
+        "| INFO | [train] {not json",
+    ])
+    records = bench.parse_records(text)
+    assert [r["ups"] for r in records] == [2.5, 3.5, 4.5] and records[0]["epoch"] == 1.0
+    summary = bench.summarize(records, bench.count_ooms(text), total_gib=80.0)
+    assert summary["oom_recoveries"] == 1 and summary["ups"] == 4.0 and summary["mfu"] == pytest.approx(42.1)
+    assert summary["last_update"] == 60 and summary["peak_gib"] is None
+
+
+def test_usage_errors(bench):
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--config", "no_such_config"])
+    with pytest.raises(SystemExit):
+        bench.parse_args(["--updates", "4", "--log-interval", "4"])
+
+
+def test_gpu_check_refuses_unknown_steps_and_lists_the_groups(tmp_path):
+    """scripts/gpu_check.sh (runs the recipe step among others): usage errors exit 2 before any work."""
+    import subprocess
+
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_check.sh")
+    env = dict(os.environ, GPU_CHECK_STEPS="attention bogus")
+    proc = subprocess.run(["bash", script, str(tmp_path / "out")], env=env, capture_output=True, text=True)
+    assert proc.returncode == 2 and "unknown step 'bogus'" in proc.stderr
+    assert "groups: all attention train rest" in proc.stderr and "recipe" in proc.stderr
+    assert not os.listdir(tmp_path / "out")  # nothing ran
+    proc = subprocess.run(["bash", script], capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
