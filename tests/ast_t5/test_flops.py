@@ -5,7 +5,6 @@ import pytest
 import torch
 from fairseq import metrics
 from fairseq.data import Dictionary
-from torch.utils.flop_counter import FlopCounterMode
 
 from ast_t5.criterions import span_cross_entropy as sce
 from ast_t5.models import AstT5Model
@@ -25,6 +24,10 @@ def test_count_equals_the_flop_counter_on_a_real_training_step(arch, shape):
     """Forward + backward of the eager attention path (every product is an mm/bmm the counter
     sees): untied (T5 v1.1) and tied (paper) heads, cross-attention keys from the source length,
     causal attention counted in full, target longer than the source too."""
+    # imported here, not at collection: it imports triton, which must first be imported by
+    # test_triton_rpe_attention under TRITON_INTERPRET=1 for its checks to run in-process
+    from torch.utils.flop_counter import FlopCounterMode
+
     bsz, src_len, tgt_len = shape
     torch.manual_seed(0)
     d = dictionary()

@@ -88,7 +88,8 @@ def test_interpreter_checks_in_a_fresh_process():
 
 
 @pytest.mark.skipif(not _INTERPRETER_READY or tuple(map(int, triton.__version__.split(".")[:2])) < (3, 9),
-                    reason="needs Triton >= 3.9 under the interpreter (the version whose interpreter is known to run them)")
+                    reason="needs Triton >= 3.9 (whose interpreter is known to run the kernels) imported "
+                           "under the interpreter in this process (else test_interpreter_checks_in_a_fresh_process)")
 def test_the_interpreter_probe_does_not_skip_the_checks_where_triton_can_run_them():
     """The probe that skips this file's interpreter checks (Triton 3.6's interpreter cannot run a
     loop bounded by a kernel argument) must not fire with Triton 3.9, which CI installs."""
