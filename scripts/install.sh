@@ -31,5 +31,11 @@ fi
 # Strict editable mode: a tree of links under build/ instead of an import hook, so the
 # `hydra_plugins` namespace package is a real folder that Hydra's plugin scan can list (the hook of
 # the default mode hides it). Re-run this script after adding a new module.
-pipi --no-build-isolation --config-settings editable_mode=strict -e ".[test]"
+# The `interpreter` extra (triton, for the CPU tests of the triton kernels) only where no triton is
+# importable: a CUDA torch already brings the triton it pins, which must stay.
+extras=test
+if ! "$PY" -c "import triton" 2>/dev/null; then
+  extras=test,interpreter
+fi
+pipi --no-build-isolation --config-settings editable_mode=strict -e ".[$extras]"
 "$PY" -c "import fairseq, ast_t5, ast_t5_preprocess, fused_ops; print('ast-t5 install OK: fairseq', fairseq.__version__)"
