@@ -19,16 +19,16 @@
 #   cuda_tests       pytest -m cuda (fast paths really ran, GPU numerics)         -> tests.log
 #   bench_attention  bench_attention.py --device cuda: every backend, 1024 first   -> attention.log
 #   triton_tiles     the triton backend's tile candidates against sdpa            -> attention.log
-#   bench_train      bench_train.py --device cuda --profile (trainer vs HF,
-#                    time budget, host syncs per update)                          -> bench_train.log
 #   recipe           bench_recipe.py --device cuda: fairseq-hydra-train base +
 #                    single_gpu, 200 updates on the default corpus (MFU, memory,
 #                    OOM recoveries)                                              -> recipe.log
+#   bench_train      bench_train.py --device cuda --profile (trainer vs HF,
+#                    time budget, host syncs per update)                          -> bench_train.log
 #   bench_model      bench_model.py --device cuda --skip-cpu (model step)         -> bench_model.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU)     -> bench_model.log
 #   suite            the whole suite except the CUDA tests                        -> tests.log
 # GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build cuda_tests
-# bench_attention triton_tiles; train = build bench_train recipe; rest = build bench_model norm_ffn
+# bench_attention triton_tiles; train = build recipe bench_train; rest = build bench_model norm_ffn
 # suite; all (the default) = every step in the order above (the budget cuts the last ones).
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures
 # (their JSON files are kept outside OUTDIR and embedded here). At most 8 files are written to
@@ -44,15 +44,15 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
-ALL_STEPS="build cuda_tests bench_attention triton_tiles bench_train recipe bench_model norm_ffn suite"
+ALL_STEPS="build cuda_tests bench_attention triton_tiles recipe bench_train bench_model norm_ffn suite"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
     all) STEPS="$STEPS $ALL_STEPS" ;;
     attention) STEPS="$STEPS build cuda_tests bench_attention triton_tiles" ;;
-    train) STEPS="$STEPS build bench_train recipe" ;;
+    train) STEPS="$STEPS build recipe bench_train" ;;
     rest) STEPS="$STEPS build bench_model norm_ffn suite" ;;
-    build|cuda_tests|bench_attention|triton_tiles|bench_train|recipe|bench_model|norm_ffn|suite) STEPS="$STEPS $step" ;;
+    build|cuda_tests|bench_attention|triton_tiles|recipe|bench_train|bench_model|norm_ffn|suite) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train rest; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -128,9 +128,9 @@ run bench_attention 200 attention.log "$PY" benchmarks/bench_attention.py --devi
 # shellcheck disable=SC2086
 run triton_tiles 120 attention.log "$PY" benchmarks/bench_attention.py --device cuda --backends sdpa triton \
   --lengths 1024 2048 512 --padding padded --triton-blocks $TRITON_TILES --json "$WORK/attention_tiles.json"
-run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$WORK/train.json"
-run recipe 240 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout 225 --work "$WORK" \
+run recipe 260 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout 225 --work "$WORK" \
   --log "$OUTDIR/recipe.log" --json "$WORK/recipe.json"
+run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$WORK/train.json"
 run bench_model 90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu
 run norm_ffn 45 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu --norm-ffn --gpu-steps 5 --repeats 5
 run suite 300 tests.log "$PY" -m pytest -q -m "not cuda" -rs tests
