@@ -35,18 +35,27 @@ def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, p
 
 
 def test_records_and_oom_recoveries_are_read_from_the_output(bench):
+    compiled = ("2026-11-23 10:00:00 | INFO | ast_t5.models.ast_t5_model | torch.compile: new graph for batch "
+                "128 x source 512 / target 128 (training) in {} s ({} s in all)")
     text = "\n".join([
+        compiled.format(41.5, 41.5),
         '2026-11-23 10:00:00 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "9.1", "ups": "2.5", "num_updates": "20"}',
         "2026-11-23 10:00:01 | WARNING | fairseq.trainer | attempting to recover from OOM in forward/backward pass",
         '2026-11-23 10:00:02 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.9", "ups": "3.5", "mfu": "41.2", "num_updates": "40"}',
-        '2026-11-23 10:00:03 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.7", "ups": "4.5", "mfu": "43.0", "num_updates": "60"}',
+        compiled.format(20.0, 61.5),
+        '2026-11-23 10:00:03 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.8", "ups": "1.0", "mfu": "11.0", "num_updates": "60"}',
+        '2026-11-23 10:00:04 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.7", "ups": "4.5", "mfu": "43.0", "num_updates": "80"}',
         "| INFO | [train] {not json",
     ])
     records = bench.parse_records(text)
-    assert [r["ups"] for r in records] == [2.5, 3.5, 4.5] and records[0]["epoch"] == 1.0
+    assert [r["ups"] for r in records] == [2.5, 3.5, 1.0, 4.5] and records[0]["epoch"] == 1.0
+    assert [r["compiles"] for r in records] == [1, 0, 1, 0]
     summary = bench.summarize(records, bench.count_ooms(text), total_gib=80.0)
+    # steady state: records 2 and 4 (after the first, without a compilation in their interval)
+    assert summary["steady_records"] == 2 and summary["records_with_compiles"] == 2
     assert summary["oom_recoveries"] == 1 and summary["ups"] == 4.0 and summary["mfu"] == pytest.approx(42.1)
-    assert summary["last_update"] == 60 and summary["peak_gib"] is None
+    assert summary["last_update"] == 80 and summary["peak_gib"] is None
+    assert bench.compile_totals(text) == (2, 61.5)
 
 
 def test_usage_errors(bench):
