@@ -13,8 +13,9 @@ vocabulary on CUDA (15 s on 2 cores; reused by later runs), or ``--data`` for yo
 
 It runs ``python -m fairseq_cli.hydra_train --config-name CONFIG +run_config=RUN_CONFIG`` for
 ``--updates`` updates with JSON logs every ``--log-interval`` updates, no checkpoint saving and no
-validation, and reads fairseq's own ``train_inner`` records: updates/s, target tokens/s (fairseq's
-``wps``: our criterion's ``ntokens`` are target tokens), samples per update, model TFLOP/s and MFU (logged by our criterion: ``ast_t5.models.flops``), and the peak memory
+validation, and reads fairseq's own ``train_inner`` records: updates/s, non-pad source tokens/s
+(``src_wps``) and target tokens/s (fairseq's ``wps``: our criterion's ``ntokens`` are target
+tokens), samples per update, model TFLOP/s and MFU (logged by our criterion: ``ast_t5.models.flops``), and the peak memory
 of each interval (the GPU's memory minus fairseq's ``gb_free``, which is measured from the
 allocator's peak since the previous record). Steady state: the median over the records after the
 first (warm-up) whose interval compiled no new graph (``model.compile`` compiles once per length
@@ -174,7 +175,7 @@ def summarize(records: List[Dict], ooms: int, total_gib: Optional[float]) -> Dic
         values = [r[key] for r in steady if isinstance(r.get(key), float)]
         return statistics.median(values) if values else None
 
-    for key in ("ups", "wps", "wpb", "bsz", "tflops", "mfu", "loss", "gb_free"):
+    for key in ("ups", "wps", "src_wps", "wpb", "bsz", "tflops", "mfu", "loss", "gb_free"):
         out[key] = median(key)
     if total_gib is not None:
         free = [r["gb_free"] for r in records if isinstance(r.get("gb_free"), float)]
@@ -193,7 +194,8 @@ def format_summary(args, summary: Dict, seconds: float) -> str:
              f"(after the first; without the {summary['records_with_compiles']} that compiled a graph "
              f"unless all did)",
              f"torch.compile: {summary.get('compiled_graphs', 0)} graphs, {summary.get('compile_seconds', 0.0):.0f} s",
-             f"updates/s {fmt(summary['ups'], '.3f')}   target tokens/s (wps) {fmt(summary['wps'], ',.0f')}   "
+             f"updates/s {fmt(summary['ups'], '.3f')}   source tokens/s {fmt(summary['src_wps'], ',.0f')}   "
+             f"target tokens/s {fmt(summary['wps'], ',.0f')}   "
              f"samples/update {fmt(summary['bsz'], ',.0f')}",
              f"model TFLOP/s {fmt(summary['tflops'], '.4g')}   "
              f"MFU {'n/a (GPU peak unknown)' if summary['mfu'] is None else format(summary['mfu'], '.1f') + '%'}   "

@@ -6,8 +6,9 @@ from, each language's share of the batch's target tokens (``share_<lang>``). All
 are sums over samples, so they can be summed across workers.
 
 In training it also logs the model's FLOP rate, ``tflops`` (per process, DESIGN.md section 8's
-count: `ast_t5.models.flops`), and on a GPU whose peak is known, ``mfu``: that rate over the
-device's dense bf16 peak, in percent (model-FLOPs utilization).
+count made exact: `ast_t5.models.flops`), on a GPU whose peak is known ``mfu``: that rate over the
+device's dense bf16 peak, in percent (model-FLOPs utilization), and ``src_wps``: non-pad source
+tokens per second over all processes (fairseq's ``wps`` counts the target tokens, ``ntokens``).
 
 No value is read back to the host inside the update: every logged count stays a device tensor
 (fairseq reads them when it reduces the logs at the end of the update), so the CPU keeps queueing
@@ -107,7 +108,11 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
             return {}
         if _DEVICE_PEAK_TFLOPS is None:
             _DEVICE_PEAK_TFLOPS = device_peak_tflops(src.device) or 0.0
-        return {"flops": flops}
+        out = {"flops": flops}
+        host = sample.get("host")
+        if host is not None and "src_lengths" in host:  # the collater's numpy copy: no device read
+            out["src_tokens"] = int(host["src_lengths"].sum())
+        return out
 
     def _eager_loss(self, model, sample, target):
         self.last_path = "eager"
@@ -202,6 +207,8 @@ class SpanCrossEntropyCriterion(FairseqCriterion):
             # model TFLOP/s per process (the sum covers every rank), and its share of the GPU's peak
             world = torch.distributed.get_world_size() if torch.distributed.is_initialized() else 1
             metrics.log_speed("tflops", float(flops) / 1e12 / world, priority=95, round=2)
+            if any("src_tokens" in log for log in logging_outputs):  # non-pad source tokens/s, all ranks
+                metrics.log_speed("src_wps", float(total("src_tokens")), priority=91, round=1)
             if _DEVICE_PEAK_TFLOPS:
                 metrics.log_derived("mfu", _mfu)
 

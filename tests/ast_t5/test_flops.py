@@ -1,6 +1,7 @@
 """The model-FLOPs count behind the training log's ``tflops``/``mfu`` and the benchmarks' MFU
 (ast_t5/models/flops.py): equal to what torch.utils.flop_counter counts in a real step, and
 logged by the criterion in training only."""
+import numpy as np
 import pytest
 import torch
 from fairseq import metrics
@@ -63,10 +64,11 @@ def test_criterion_logs_model_flops_in_training_only_and_mfu_with_a_known_peak(m
     prev = torch.randint(4, len(d), (2, 6))
     target = torch.randint(4, len(d), (2, 6))
     sample = {"net_input": {"src_tokens": src, "src_lengths": torch.tensor([16, 16]), "prev_output_tokens": prev},
-              "target": target, "ntokens": 12, "nsentences": 2}
+              "target": target, "ntokens": 12, "nsentences": 2,
+              "host": {"id": np.arange(2), "src_lengths": np.array([16, 11])}}  # the collater's copies
     monkeypatch.setattr(sce, "_DEVICE_PEAK_TFLOPS", None)
     _, _, log = criterion(model.train(), sample)
-    assert log["flops"] == training_flops(model, 2, 16, 6)
+    assert log["flops"] == training_flops(model, 2, 16, 6) and log["src_tokens"] == 27
     assert sce._DEVICE_PEAK_TFLOPS == 0.0  # CPU: no peak, so no mfu
     with torch.no_grad():
         _, _, valid_log = criterion(model.eval(), sample)
@@ -76,22 +78,19 @@ def test_criterion_logs_model_flops_in_training_only_and_mfu_with_a_known_peak(m
         sce.SpanCrossEntropyCriterion.reduce_metrics([log])  # the first call starts the rate meter
         sce.SpanCrossEntropyCriterion.reduce_metrics([log, log])
         values = agg.get_smoothed_values()
-    assert values["tflops"] > 0 and "mfu" not in values
-    assert agg["tflops"].n == pytest.approx(2 * log["flops"] / 1e12)
+    assert values["tflops"] > 0 and values["src_wps"] > 0 and "mfu" not in values
+    assert agg["tflops"].n == pytest.approx(2 * log["flops"] / 1e12) and agg["src_wps"].n == 54
 
     # a known peak: mfu = rate / peak in percent (on a fake clock: 2 s between the two updates)
     from fairseq.logging import meters
 
-    ticks = []  # the meter reads the clock twice when it is created, then at each read of its rate
-
-    def clock():
-        ticks.append(None)
-        return 100.0 if len(ticks) <= 2 else 102.0
-    monkeypatch.setattr(meters.time, "perf_counter", clock)
+    now = [100.0]  # the meters start at t = 100 s, their rates are read at t = 102 s
+    monkeypatch.setattr(meters.time, "perf_counter", lambda: now[0])
     monkeypatch.setattr(sce, "_DEVICE_PEAK_TFLOPS", 1e-6)
     with metrics.aggregate(new_root=True) as agg:
         sce.SpanCrossEntropyCriterion.reduce_metrics([log])
         sce.SpanCrossEntropyCriterion.reduce_metrics([log])
+        now[0] = 102.0
         mfu = agg.get_smoothed_values()["mfu"]
     assert mfu == pytest.approx(100.0 * (log["flops"] / 1e12 / 2.0) / 1e-6, abs=0.1)
     monkeypatch.undo()

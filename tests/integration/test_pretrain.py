@@ -46,7 +46,7 @@ def test_tiny_pretraining_loss_falls_and_logs(pretrain_data, tmp_path):
     assert len(logs) >= 6
     first, last = float(logs[0]["loss"]), float(logs[-1]["loss"])
     assert last < first - 1.0, (first, last)
-    for key in ("masked_accuracy", "wps", "tflops", "share_python", "share_rust"):
+    for key in ("masked_accuracy", "wps", "src_wps", "tflops", "share_python", "share_rust"):
         assert key in logs[-1], (key, sorted(logs[-1]))
     assert float(logs[-1]["tflops"]) >= 0 and "mfu" not in logs[-1]  # CPU: no known peak, no MFU
     assert abs(sum(float(v) for k, v in logs[-1].items() if k.startswith("share_")) - 1) < 0.02
