@@ -3,7 +3,7 @@
 #
 #   GPU_CHECK_STEPS=attention bash scripts/gpu_check.sh OUTDIR   # 1. attention backends and tiles
 #   GPU_CHECK_STEPS=train     bash scripts/gpu_check.sh OUTDIR   # 2. trainer, HF, the real recipe
-#   GPU_CHECK_STEPS=rest      bash scripts/gpu_check.sh OUTDIR   # 3. model step, norm/FFN, whole suite
+#   GPU_CHECK_STEPS=rest      bash scripts/gpu_check.sh OUTDIR   # 3. the rest of the suite, norm/FFN, model step
 #
 # On the project's GPU host (Python 3.12, CUDA torch, no package registry), from the project root,
 # with .device carried (made on the CPU machine by `bash scripts/device_bundle.sh`: the wheels the
@@ -16,7 +16,8 @@
 # Steps, each under `timeout`, inside one overall budget per call (GPU_CHECK_BUDGET_S, default 520 s,
 # so that a call fits 10 minutes with the environment set-up):
 #   build            the fused_ops CUDA extension in place                       -> build.log
-#   cuda_tests       pytest -m cuda (fast paths really ran, GPU numerics)         -> tests.log
+#   attention_tests  the attention and fused_ops test files, CPU and CUDA tests
+#                    (fast paths really ran, GPU numerics, gradients)             -> tests.log
 #   bench_attention  bench_attention.py --device cuda: every backend, 1024 first   -> attention.log
 #   triton_tiles     the triton backend's tile candidates against sdpa            -> attention.log
 #   recipe           bench_recipe.py --device cuda: fairseq-hydra-train base +
@@ -24,12 +25,13 @@
 #                    OOM recoveries)                                              -> recipe.log
 #   bench_train      bench_train.py --device cuda --profile (trainer vs HF,
 #                    time budget, host syncs per update)                          -> bench_train.log
-#   bench_model      bench_model.py --device cuda --skip-cpu (model step)         -> bench_model.log
+#   other_tests      every other test file, CPU and CUDA tests: with
+#                    attention_tests, the whole suite on the GPU host              -> tests.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU)     -> bench_model.log
-#   suite            the whole suite except the CUDA tests                        -> tests.log
-# GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build cuda_tests
-# bench_attention triton_tiles; train = build recipe bench_train; rest = build bench_model norm_ffn
-# suite; all (the default) = every step in the order above (the budget cuts the last ones).
+#   bench_model      bench_model.py --device cuda --skip-cpu (model step)         -> bench_model.log
+# GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build attention_tests
+# bench_attention triton_tiles; train = build recipe bench_train; rest = build other_tests norm_ffn
+# bench_model; all (the default) = every step in the order above (the budget cuts the last ones).
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures
 # (their JSON files are kept outside OUTDIR and embedded here). At most 8 files are written to
 # OUTDIR. Exit status: 0 when every step passed, 1 otherwise, 2 on a usage error.
@@ -44,15 +46,15 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
-ALL_STEPS="build cuda_tests bench_attention triton_tiles recipe bench_train bench_model norm_ffn suite"
+ALL_STEPS="build attention_tests bench_attention triton_tiles recipe bench_train other_tests norm_ffn bench_model"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
     all) STEPS="$STEPS $ALL_STEPS" ;;
-    attention) STEPS="$STEPS build cuda_tests bench_attention triton_tiles" ;;
+    attention) STEPS="$STEPS build attention_tests bench_attention triton_tiles" ;;
     train) STEPS="$STEPS build recipe bench_train" ;;
-    rest) STEPS="$STEPS build bench_model norm_ffn suite" ;;
-    build|cuda_tests|bench_attention|triton_tiles|recipe|bench_train|bench_model|norm_ffn|suite) STEPS="$STEPS $step" ;;
+    rest) STEPS="$STEPS build other_tests norm_ffn bench_model" ;;
+    build|attention_tests|bench_attention|triton_tiles|recipe|bench_train|other_tests|norm_ffn|bench_model) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train rest; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -123,7 +125,11 @@ PY
 # (benchmarks/compile_triton_rpe.py --blocks ...); the default tiles are its plain `triton` row
 TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,32,64,8,2 128,64,64,8,3 128,64,32,8,3 128,32,32,4,3 64,32,32,4,2}
 run build 120 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
-run cuda_tests 150 tests.log "$PY" -m pytest -q -m cuda -rs tests
+# the suite in two parts, one per call: the attention files (whole files, so that their CPU tests
+# run too) and everything else
+ATTENTION_TESTS="tests/ast_t5/test_model_attention.py tests/ast_t5/test_triton_rpe_attention.py tests/fused_ops"
+# shellcheck disable=SC2086
+run attention_tests 170 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
 run bench_attention 200 attention.log "$PY" benchmarks/bench_attention.py --device cuda --json "$WORK/attention.json"
 # shellcheck disable=SC2086
 run triton_tiles 120 attention.log "$PY" benchmarks/bench_attention.py --device cuda --backends sdpa triton \
@@ -131,9 +137,12 @@ run triton_tiles 120 attention.log "$PY" benchmarks/bench_attention.py --device 
 run recipe 260 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout 225 --work "$WORK" \
   --log "$OUTDIR/recipe.log" --json "$WORK/recipe.json"
 run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$WORK/train.json"
-run bench_model 90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu
+ignores=""
+for f in $ATTENTION_TESTS; do ignores="$ignores --ignore=$f"; done
+# shellcheck disable=SC2086
+run other_tests 360 tests.log "$PY" -m pytest -q -rs tests $ignores
 run norm_ffn 45 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu --norm-ffn --gpu-steps 5 --repeats 5
-run suite 300 tests.log "$PY" -m pytest -q -m "not cuda" -rs tests
+run bench_model 90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu
 
 "$PY" - "$OUTDIR" "$STATUS_FILE" "$WORK" <<'PY'
 import json, os, re, sys, time
