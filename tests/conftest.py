@@ -13,6 +13,17 @@ STDLIB_FILES = ("json/__init__.py", "json/decoder.py", "json/encoder.py", "textw
                 "email/_parseaddr.py", "email/quoprimime.py", "difflib.py", "ast.py")
 
 
+def load_benchmark(name: str, module_name: str = ""):
+    """A script of benchmarks/ (not a package) loaded as a module, e.g. load_benchmark("bench_recipe")."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "benchmarks", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(module_name or name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def bundled_corpus_dir():
     import ast_t5_preprocess
 

@@ -1,7 +1,5 @@
 """AST-aware span corruption on real trees: standard-library files parsed with tree-sitter-python,
 segmented by the masking benchmark's fixture (benchmarks/bench_masking.py)."""
-import importlib.util
-import os
 
 import numpy as np
 import pytest
@@ -12,10 +10,10 @@ from ast_t5.data.spans import sample_rng
 from ast_t5.data.subtree_masking import ast_span_corruption, select_mask, subtree_mask
 from ast_t5.data.unit_masking import docstring_bodies
 
+from ..conftest import load_benchmark
 from .test_subtree_masking import check_format
 
 pytest.importorskip("tree_sitter_python")
-BENCH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_masking.py")
 NO_LIMIT = 10 ** 9
 
 
@@ -25,10 +23,7 @@ def kw(bench, cats):
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_masking_fixture", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_masking", "bench_masking_fixture")
 
 
 @pytest.fixture(scope="module")

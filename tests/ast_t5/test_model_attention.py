@@ -8,6 +8,8 @@ from ast_t5.modules import attention_backends as ab
 from ast_t5.modules.relative_position_bias import (RelativePositionBias, distance_buckets, distance_grad_reference,
                                                    distance_index, relative_position_bucket)
 
+from ..conftest import load_benchmark
+
 HEADS, HEAD_DIM = 3, 8
 
 
@@ -447,14 +449,9 @@ def test_torch_varlen_adapter_plumbing():
 
 def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
     """benchmarks/bench_attention.py's CPU smoke mode (tiny shape, no flex: its CPU compile is slow)."""
-    import importlib.util
     import json
-    import os
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_attention.py")
-    spec = importlib.util.spec_from_file_location("bench_attention", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_attention")
     out = tmp_path / "sub" / "attention.json"
     assert bench.main(["--backends", "eager", "sdpa", "auto", "flash-nobias", "--lengths", "24",
                        "--dropouts", "0", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0

@@ -42,6 +42,8 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativeBias, RelativePositionBias  # noqa: E402
 
+from ..conftest import load_benchmark  # noqa: E402
+
 # Triton's own language kernels were decorated in interpreter mode: ours can run on CPU here
 _INTERPRETER_READY = not CUDA and isinstance(tl.zeros, InterpretedFunction)
 if _INTERPRETER_READY and not tra.INTERPRETED:  # our module came before the interpreter: redo it
@@ -321,13 +323,9 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
     """bench_attention.py's CPU smoke run with the triton rows (interpreter): the kernel ran as
     itself (no fallback), its error is PyTorch's order, tile variants get their own rows, and
     every condition names a winner in the JSON."""
-    import importlib.util
     import json
 
-    path = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_attention.py")
-    spec = importlib.util.spec_from_file_location("bench_attention_triton", path)
-    bench = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
+    bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
     assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4,3", "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",

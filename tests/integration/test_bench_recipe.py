@@ -1,20 +1,16 @@
 """benchmarks/bench_recipe.py: the real `fairseq-hydra-train` run it times (CPU mode, as CI runs
 it) and how it reads fairseq's records and OOM recoveries."""
-import importlib.util
 import json
 import os
 
 import pytest
 
-PATH = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_recipe.py")
+from ..conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_recipe", PATH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_recipe")
 
 
 def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, pretrain_data, tmp_path, capsys):
