@@ -35,8 +35,14 @@ class AblationError(RuntimeError):
 
 
 def repo_config_dir(kind: str) -> str:
-    here = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return os.path.join(here, "config", kind)
+    """The ``pretrain`` or ``finetune`` folder of our configs: the installed ones (as the Hydra
+    plugin finds them), else ``config/`` of a source checkout beside the package."""
+    from hydra_plugins.ast_t5_hydra import config_root
+
+    root = config_root()
+    if root is None:
+        root = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "config")
+    return os.path.join(root, kind)
 
 
 def atomic_write_json(path: str, obj) -> None:
@@ -52,6 +58,8 @@ def load_preset(config_dir: str, preset: str, overrides: Sequence[str] = ()):
     from omegaconf import OmegaConf
 
     path = os.path.join(config_dir, f"{preset}.yaml")
+    if not os.path.isdir(config_dir):
+        raise AblationError(f"config folder {config_dir} does not exist (--config-dir)")
     if not os.path.exists(path):
         names = sorted(f[:-5] for f in os.listdir(config_dir) if f.endswith(".yaml"))
         raise AblationError(f"unknown preset {preset!r} in {config_dir} (known: {', '.join(names)})")

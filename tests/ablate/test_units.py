@@ -156,3 +156,19 @@ def test_cli_arm_list_keeps_user_overrides_together():
     assert args.arm_list[1].overrides == ("task.obfuscation_prob=0", "task.threshold_lb=3")
     assert args.arm_list[3].overrides == ("task.mean_span_length=5", "task.noise_density=0.3")
     assert args.tokens == 300_000 and args.seed_list == [1]  # the tiny recipe's defaults
+
+
+def test_default_config_folders_are_found_from_any_directory(tmp_path):
+    """`ast-t5-ablate` run outside the checkout (an installed package) finds the recipes: the
+    folders come from the installed configs, not from a path relative to the package's files."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    code = ("import os; from ast_t5.ablate.train import repo_config_dir; "
+            "print(all(os.path.isfile(os.path.join(repo_config_dir(k), n)) "
+            "for k, n in (('pretrain', 'tiny.yaml'), ('finetune', 'concode.yaml'))))")
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
