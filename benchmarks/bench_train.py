@@ -500,6 +500,13 @@ def main(argv=None) -> int:
     batches = make_batches(4, args.batch, args.src_len, args.tgt_len, args.vocab)
     with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
         trainer, initial, ours_update, ours_info = setup_ours(args, device, write_task_dir(tmp, args.vocab))
+    if args.hf:  # Hugging Face T5 has one dropout rate: refuse to compare two different models
+        from ast_t5.models.hf_conversion import hf_dropout_rate
+        try:
+            hf_dropout_rate(trainer.model.cfg)
+        except ValueError as e:
+            logger.error("bench_train: %s (or pass --no-hf)", e)
+            return 2
     ours = {}
     ours["warmup_seconds"], ours["peak_memory_gib"] = _warm_up(ours_update, batches, args.warmup, device)
     updates = {"ours": ours_update}

@@ -12,6 +12,7 @@ Functions (transformers is imported only by the ones that build Hugging Face obj
     ours_to_hf_state_dict(state_dict) -> dict
     hf_to_ours_state_dict(hf_state_dict) -> dict
     hf_t5_config(cfg, vocab_size, pad_token_id=1, eos_token_id=2) -> transformers.T5Config
+    hf_dropout_rate(cfg) -> float  (raises when no single dropout_rate trains like cfg)
     ast_t5_config_from_hf(hf_config) -> AstT5Config
 """
 import re
@@ -134,6 +135,21 @@ def hf_to_ours_state_dict(hf_state_dict: Mapping[str, Tensor]) -> Dict[str, Tens
     for alias, source in _OUR_ALIASES.items():
         ours[alias] = ours[source]
     return ours
+
+
+def hf_dropout_rate(cfg: AstT5Config) -> float:
+    """Hugging Face T5's one ``dropout_rate`` that trains like ``cfg``. HF applies it to the
+    embeddings and sub-layer outputs (our ``dropout``), the attention probabilities
+    (``attention_dropout``) and the gated feed-forward's hidden activations
+    (``activation_dropout``); raises ValueError, naming the three, when ours sets them apart, so a
+    comparison of the two cannot silently train different models (inference is unaffected)."""
+    rates = {"dropout": cfg.dropout, "attention_dropout": cfg.attention_dropout,
+             "activation_dropout": cfg.activation_dropout}
+    if len(set(rates.values())) != 1:
+        raise ValueError("Hugging Face T5 has one dropout_rate, but this model sets "
+                         + ", ".join(f"{k}={v:g}" for k, v in rates.items())
+                         + ": set them equal (e.g. model.attention_dropout=0.0) to train the same model")
+    return float(cfg.dropout)
 
 
 def hf_t5_config(cfg: AstT5Config, vocab_size: int, pad_token_id: int = PAD_ID,

@@ -9,6 +9,7 @@ from fairseq.sequence_generator import SequenceGenerator
 from ast_t5.models import AstT5Model
 from ast_t5.models.hf_conversion import (
     ast_t5_config_from_hf,
+    hf_dropout_rate,
     hf_t5_config,
     hf_to_ours_state_dict,
     ours_to_hf_state_dict,
@@ -120,3 +121,13 @@ def test_only_the_t5_v11_family_converts():
         ours_to_hf_state_dict(paper.state_dict())
     with pytest.raises(ValueError, match="t5_v11"):
         hf_t5_config(paper.cfg, 60)
+
+
+def test_hf_dropout_rate_is_the_one_rate_or_a_clear_refusal():
+    cfg = AstT5Model.from_dictionary(make_dictionary(), arch="t5_v11_tiny", dropout=0.1,
+                                     attention_dropout=0.1, activation_dropout=0.1).cfg
+    assert hf_dropout_rate(cfg) == pytest.approx(0.1)
+    assert hf_t5_config(cfg, 100).dropout_rate == pytest.approx(0.1)
+    cfg.attention_dropout = 0.0
+    with pytest.raises(ValueError, match=r"one dropout_rate.*attention_dropout=0[^.]"):
+        hf_dropout_rate(cfg)

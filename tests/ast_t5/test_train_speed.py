@@ -205,3 +205,12 @@ def test_bench_train_cpu_mode(tmp_path, restored_logging):
     budget = figures["profile"]["seconds"]
     assert {"forward", "backward", "optimizer", "data_make", "trainer_rest"} <= set(budget)
     assert all(v >= 0 for v in budget.values())
+
+
+def test_bench_train_refuses_to_compare_models_with_different_dropout(tmp_path, restored_logging, capsys):
+    """Hugging Face T5 has one dropout rate: a model with another attention dropout would not do
+    the same work, so the comparison stops with one line before any timing."""
+    out = tmp_path / "train.json"
+    assert bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1",
+                             "--override", "++model.attention_dropout=0.1", "--json", str(out)]) == 2
+    assert "one dropout_rate" in capsys.readouterr().out and not out.exists()

@@ -99,3 +99,18 @@ def test_switching_optimizer_and_schedule_from_the_command_line():
                                 "~lr_scheduler.decay"])
     assert cfg.optimizer._name == "t5_adafactor" and cfg.optimizer.scale_parameter is True
     assert cfg.lr_scheduler._name == "inverse_sqrt"
+
+
+@pytest.mark.parametrize("name", ["base", "small", "t5_span_base", "tiny"])
+def test_t5_v11_recipes_train_without_any_dropout(name):
+    """nanoT5's recipe (Hugging Face's one dropout_rate = 0) has no attention dropout either. With
+    `dropout: 0.0` alone, attention_dropout stayed at its default 0.1: every biased attention call
+    then took the dropout path (SDPA with a dense bias, not the dropout-free flex/flash kernels),
+    and bench_train compared it with a Hugging Face model that had no dropout."""
+    from ast_t5.models.config import config_from
+    from ast_t5.models.hf_conversion import hf_dropout_rate
+
+    cfg = compose(os.path.join(REPO, "config", "pretrain"), name, ["task.data=/x"])
+    model_cfg = config_from(cfg.model)
+    assert (model_cfg.dropout, model_cfg.attention_dropout, model_cfg.activation_dropout) == (0.0, 0.0, 0.0)
+    assert hf_dropout_rate(model_cfg) == 0.0
