@@ -1,0 +1,46 @@
+"""bench_model.py's comparison of `auto` with every single attention backend in the T5 training
+step (the GPU figure of "auto within 3% of the best backend"), exercised on the CPU at a tiny shape."""
+import argparse
+import json
+import math
+
+import pytest
+import torch
+
+from tests.conftest import load_benchmark
+
+pytest.importorskip("transformers")
+SIZES = dict(embed_dim=64, ffn_dim=128, num_heads=4, head_dim=16, encoder_layers=2, decoder_layers=2)
+
+
+def _compare(backends, dropouts=(0.0,)):
+    bench_model = load_benchmark("bench_model")
+    args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
+    return bench_model, bench_model.compare_backends(
+        args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16), list(dropouts),
+        list(backends), None, True, **SIZES)
+
+
+def test_backends_that_ran_auto_s_kernels_are_reported_as_auto_not_timed_again():
+    bench_model, out = _compare(("sdpa", "flex", "triton"), dropouts=(0.0, 0.1))
+    json.dumps(out)  # the JSON gpu_check embeds
+    for dropout in ("dropout 0", "dropout 0.1"):
+        rows = out["by_dropout"][dropout]["rows"]
+        assert set(rows) == {"ours[auto]", "ours[sdpa]", "ours[flex]", "ours[triton]", "hf"}
+        # on the CPU every biased and bias-free call runs SDPA (flex has no backward there, triton
+        # no kernels): 2 encoder + 2 decoder self-attention + 2 cross-attention calls per step
+        assert rows["ours[auto]"]["kernels"] == {"sdpa": 6} and rows["ours[auto]"]["same_kernels_as"] is None
+        for name in ("ours[sdpa]", "ours[flex]", "ours[triton]"):
+            assert rows[name]["same_kernels_as"] == "ours[auto]" and rows[name]["ms"] == rows["ours[auto]"]["ms"]
+        assert out["by_dropout"][dropout]["auto_vs_best"] == 0.0
+        assert out["by_dropout"][dropout]["ours_auto_over_hf_speed"] > 0
+
+
+def test_a_backend_with_other_kernels_is_timed_and_auto_compared_with_it():
+    _, out = _compare(("torch",))
+    result = out["by_dropout"]["dropout 0"]
+    rows = result["rows"]
+    assert rows["ours[torch]"]["kernels"] == {"torch": 6} and rows["ours[torch]"]["same_kernels_as"] is None
+    assert result["best_single"] == "ours[torch]"
+    assert math.isclose(result["auto_vs_best"], rows["ours[auto]"]["ms"] / rows["ours[torch]"]["ms"] - 1)
+    assert out["flops_per_step"] > 0 and rows["ours[auto]"]["mfu_percent"] is None  # no known peak on CPU
