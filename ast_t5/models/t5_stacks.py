@@ -70,6 +70,12 @@ class _StackMixin:
         self.dropout_module = nn.Dropout(cfg.dropout)
         self.checkpoint_activations = cfg.checkpoint_activations
         self.attention_backend = str(cfg.attention_backend)
+        self.attention_dropout = cfg.attention_dropout
+
+    def _attention_dropout_now(self) -> float:
+        """The layers' attention dropout in this pass (0 in eval), for `fold_masks`: with it,
+        ``auto`` prepares only the form its backend takes (no dense bias beside a flex one)."""
+        return self.attention_dropout if self.training else 0.0
 
     def _embed(self, tokens: Tensor, positions: Optional[Tensor]) -> Tensor:
         x = self.embed_tokens(tokens)
@@ -119,7 +125,7 @@ class T5Encoder(_StackMixin, FairseqEncoder):
         if self.rel_pos_bias is not None:
             shared_bias, attn_mask, _ = fold_masks(
                 self.attention_backend, self.rel_pos_bias(src_tokens.size(1), src_tokens.size(1)),
-                attn_mask, causal=False, dtype=compute_dtype(x))
+                attn_mask, causal=False, dtype=compute_dtype(x), dropout_p=self._attention_dropout_now())
         for layer in self.layers:
             x = self._run_layer(layer, x, attn_mask, shared_bias)
         x = self._finish(x)
@@ -193,7 +199,8 @@ class T5Decoder(_StackMixin, FairseqIncrementalDecoder):
         if self.rel_pos_bias is not None:
             self_bias, _, causal = fold_masks(self.attention_backend,
                                               self.rel_pos_bias(tgt_len, step + tgt_len, query_offset=step),
-                                              None, causal, dtype=compute_dtype(x))
+                                              None, causal, dtype=compute_dtype(x),
+                                              dropout_p=self._attention_dropout_now())
         for layer in self.layers:
             if incremental_state is None:
                 x = self._run_layer(layer, x, enc, enc_mask, self_bias, causal)

@@ -503,10 +503,11 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
     - ``fused``: the dense bias, masks unchanged (the kernel broadcasts them itself).
     - ``flex``: a `FoldedBias` (bias per distance + block mask); no dense bias is built.
     - ``triton``: a `FoldedBias` (bias per distance + the masks the kernel applies itself).
-    - ``auto`` on CUDA: what `AUTO_TABLE` gives for ``dropout_p``. When the caller does not say
-      (``dropout_p=None``): with autograd on (training, usually with attention dropout) a
-      `FoldedBias` that also holds the dense mask, built here once for all layers; with autograd
-      off (evaluation, no dropout) a `FoldedBias` without it.
+    - ``auto``: the form of the backend `AUTO_TABLE` gives for ``dropout_p`` (the model's stacks
+      always say it). When the caller does not say (``dropout_p=None``), on CUDA: with autograd on
+      (training, perhaps with attention dropout) a `FoldedBias` that also holds the dense mask,
+      built here once for all layers; with autograd off (evaluation, no dropout) a `FoldedBias`
+      without it; on CPU the dense bias.
 
     Args:
         bias: a `RelativeBias` (from RelativePositionBias) or a dense (1 or B, H, T, S) tensor.
@@ -522,15 +523,16 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
     device = bias.device
     if isinstance(bias, RelativeBias) and backend == "triton":
         return FoldedBias(bias, key_padding_mask, causal, None, flex=False), None, False
+    if isinstance(bias, RelativeBias) and backend == "auto" and dropout_p is not None:
+        # the caller knows the dropout: prepare exactly the form of the backend the table gives
+        choice, _ = auto_choice(device, dtype or bias.dtype, dropout_p, True, bias.q_len)
+        if choice in ("flex", "triton"):
+            return FoldedBias(bias, key_padding_mask, causal, None, flex=choice == "flex"), None, False
+        backend = choice  # a dense kernel: the bias is densified below
     if isinstance(bias, RelativeBias) and (backend == "flex" or (backend == "auto" and device.type == "cuda")):
         dense = None
-        if backend == "auto":
-            if dropout_p is not None:
-                choice, _ = auto_choice(device, dtype or bias.dtype, dropout_p, True, bias.q_len)
-                if choice != "flex":
-                    return _fold_dense(bias.dense(), key_padding_mask, causal, dtype), None, False
-            elif torch.is_grad_enabled():
-                dense = _fold_dense(bias.dense(), key_padding_mask, causal, dtype)
+        if backend == "auto" and torch.is_grad_enabled():
+            dense = _fold_dense(bias.dense(), key_padding_mask, causal, dtype)
         return FoldedBias(bias, key_padding_mask, causal, dense), None, False
     if isinstance(bias, RelativeBias):
         bias = bias.dense()

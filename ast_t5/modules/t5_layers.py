@@ -87,7 +87,8 @@ class T5EncoderLayer(_SublayerMixin):
         bias = shared_bias
         if self.rel_pos_bias is not None:
             bias, padding_mask, _ = fold_masks(self.backend, self.rel_pos_bias(x.size(1), x.size(1)),
-                                               padding_mask, causal=False, dtype=compute_dtype(x))
+                                               padding_mask, causal=False, dtype=compute_dtype(x),
+                                               dropout_p=self.self_attn.dropout if self.training else 0.0)
         x = self._sublayer(x, self.self_attn_norm,
                            lambda h: self.self_attn(h, bias=bias, key_padding_mask=padding_mask))
         return self._sublayer(x, self.ffn_norm, self.ffn)

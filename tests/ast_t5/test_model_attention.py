@@ -269,6 +269,43 @@ def test_fold_masks_keeps_the_bias_per_distance_for_flex():
     assert isinstance(dense, torch.Tensor) and dense.shape == (2, HEADS, 9, 9)
 
 
+@pytest.mark.parametrize("choice", ["flex", "triton", "sdpa"])
+def test_fold_masks_auto_prepares_only_the_form_of_the_backend_the_table_gives(choice, monkeypatch):
+    """With the dropout known (the stacks always pass it), ``auto`` builds no dense (B, H, T, S)
+    bias beside a per-distance one, and a table row for triton gets the per-distance bias too."""
+    seen = []
+    monkeypatch.setattr(ab, "auto_choice", lambda *a: (seen.append(a), (choice, "test row"))[1])
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[1, -2:] = True
+    with torch.enable_grad():
+        folded, fpad, fcausal = ab.fold_masks("auto", module(9, 9), pad, causal=False,
+                                              dtype=torch.bfloat16, dropout_p=0.0)
+    assert seen and seen[0][1:] == (torch.bfloat16, 0.0, True, 9)
+    if choice == "sdpa":
+        assert isinstance(folded, torch.Tensor) and folded.shape == (2, HEADS, 9, 9)
+    else:
+        assert isinstance(folded, ab.FoldedBias) and folded.dense is None and folded._flex_dense is None
+        assert folded.key_padding_mask is pad and fpad is None and fcausal is False
+
+
+def test_stacks_tell_fold_masks_their_attention_dropout(monkeypatch):
+    from ast_t5.models import AstT5Model, t5_stacks
+
+    from .test_model import make_batch, make_dictionary
+
+    calls = []
+    real = t5_stacks.fold_masks
+    monkeypatch.setattr(t5_stacks, "fold_masks", lambda *a, **k: (calls.append(k["dropout_p"]), real(*a, **k))[1])
+    model = AstT5Model.from_dictionary(make_dictionary(), arch="t5_v11_tiny", attention_dropout=0.1)
+    src, prev = make_batch(60)[:2]
+    model.train()
+    model(src, None, prev)
+    model.eval()
+    model(src, None, prev)
+    assert calls == [0.1, 0.1, 0.0, 0.0]  # encoder, decoder; training, then evaluation
+
+
 @pytest.mark.parametrize("case", [c for c in CASES if c[2]])
 def test_flex_with_dropout_falls_back_to_sdpa_with_the_same_result(case):
     """Flex has no dropout: the call densifies its per-distance bias and runs sdpa (CPU, eager)."""
