@@ -2,9 +2,9 @@
 
 flash-attn takes (B, T, H, D) half-precision CUDA tensors. Without padded keys it runs
 ``flash_attn_func`` on the padded batch; with padded keys (cross-attention over a padded source)
-it drops the padded keys and runs ``flash_attn_varlen_func`` with per-sequence key lengths, all
-queries kept. `torch_varlen_bshd` does the same with PyTorch's own varlen flash kernel (no dropout)
-when flash-attn is not installed.
+it packs the real keys (static shapes, no host sync: see `_unpad_keys`) and runs
+``flash_attn_varlen_func`` with per-sequence key lengths, all queries kept. `torch_varlen_bshd`
+does the same with PyTorch's own varlen flash kernel (no dropout) when flash-attn is not installed.
 """
 from typing import Optional
 
@@ -32,14 +32,27 @@ def flash_attn_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 def _unpad_keys(k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor):
-    """(B, S, H, D) keys/values -> the real keys packed (total, H, D), cumulative lengths, longest."""
-    keep = ~key_padding_mask
-    k_lengths = keep.sum(dim=1, dtype=torch.int32)
-    cu_k = F.pad(k_lengths.cumsum(0, dtype=torch.int32), (1, 0))
-    index = keep.flatten().nonzero().squeeze(1)
+    """(B, S, H, D) keys/values -> the real keys packed at the front of a (B * S, H, D) buffer, the
+    cumulative key lengths, and S as the longest (an upper bound the kernels accept).
+
+    Static shapes and no read on the host: the packing is a stable sort of the padding flags (real
+    keys first, each sequence's in order), so torch.compile traces it into one graph and an eager
+    step waits for nothing. The rows after the real keys belong to no sequence: the varlen kernels
+    never read them, and their backward leaves those rows of the key and value gradients unwritten
+    (uninitialized memory), so the packed rows go through ``torch.where``, whose backward selects
+    the gradient (safe even for NaN garbage) instead of multiplying it.
+    """
     heads, head_dim = k.shape[-2:]
-    return (k.reshape(-1, heads, head_dim).index_select(0, index),
-            v.reshape(-1, heads, head_dim).index_select(0, index), cu_k, int(k_lengths.max()))
+    padded = key_padding_mask.reshape(-1)
+    k_lengths = (~key_padding_mask).sum(dim=1, dtype=torch.int32)
+    cu_k = F.pad(k_lengths.cumsum(0, dtype=torch.int32), (1, 0))
+    order = torch.argsort(padded.to(torch.uint8), stable=True)
+    real = ~padded.index_select(0, order).view(-1, 1, 1)
+
+    def pack(t):
+        return torch.where(real, t.reshape(-1, heads, head_dim).index_select(0, order), 0)
+
+    return pack(k), pack(v), cu_k, key_padding_mask.size(1)
 
 
 def torch_varlen_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_padding_mask: torch.Tensor,

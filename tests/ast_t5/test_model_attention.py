@@ -145,6 +145,22 @@ def test_relative_bias_module_offsets_queries():
     assert torch.equal(module(1, 6, query_offset=5).dense(), full[:, :, 5:6, :])
 
 
+class _UnwrittenRowsGrad(torch.autograd.Function):
+    """Identity whose backward puts NaN in the rows from ``used`` on (what a varlen kernel's
+    backward leaves in rows of its key buffer that no sequence covers)."""
+
+    @staticmethod
+    def forward(ctx, t, used):
+        ctx.used = used
+        return t.view_as(t)
+
+    @staticmethod
+    def backward(ctx, grad):
+        grad = grad.clone()
+        grad[ctx.used:] = float("nan")
+        return grad, None
+
+
 def fake_flash_attn_module():
     """Stand-in for the flash-attn package (same call signatures, computed with SDPA) to test our
     unpadding / cu_seqlens plumbing on CPU."""
@@ -159,7 +175,10 @@ def fake_flash_attn_module():
         return sdpa_bshd(q, k, v, softmax_scale, causal)
 
     def flash_attn_varlen_func(q, k, v, cu_q, cu_k, max_q, max_k, dropout_p=0.0, softmax_scale=None, causal=False):
-        assert max_k == int((cu_k[1:] - cu_k[:-1]).max())
+        assert max_k >= int((cu_k[1:] - cu_k[:-1]).max())
+        # like the real kernels' backward: the key rows that belong to no sequence get no gradient
+        # written (uninitialized memory; NaN here)
+        k, v = _UnwrittenRowsGrad.apply(k, int(cu_k[-1])), _UnwrittenRowsGrad.apply(v, int(cu_k[-1]))
         return torch.cat([sdpa_bshd(q[cu_q[i]:cu_q[i + 1]], k[cu_k[i]:cu_k[i + 1]], v[cu_k[i]:cu_k[i + 1]],
                                     softmax_scale, causal) for i in range(len(cu_q) - 1)])
 
@@ -479,9 +498,30 @@ def test_torch_varlen_adapter_plumbing():
         return fake(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=scale)
 
     q, k, v, _, pad = make_inputs(torch.float32, 5, 11, with_bias=False, with_padding=True)
+    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
     out = torch_varlen_bshd(q, k, v, pad, 0.5, varlen_attn=varlen_attn)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
     ref = run("torch", (q, k, v, None, pad), False, scale=0.5)
+    ref_grads = torch.autograd.grad(ref.square().sum(), (q, k, v))
     assert out.shape == ref.shape and (out - ref).abs().max() < 1e-5
+    for g, r in zip(grads, ref_grads):  # finite: the unwritten rows' NaN never reaches the inputs
+        assert torch.isfinite(g).all() and (g - r).abs().max() < 1e-5
+
+
+def test_unpadding_is_one_graph_without_host_reads():
+    """The varlen path's packing traces into one torch.compile graph (static shapes, no nonzero,
+    no int(tensor)): a compiled model keeps cross-attention on flash without graph breaks."""
+    from ast_t5.modules.flash_attn_adapter import _unpad_keys
+
+    k, v = torch.randn(3, 10, 4, 8), torch.randn(3, 10, 4, 8)
+    pad = torch.zeros(3, 10, dtype=torch.bool)
+    pad[0, 7:], pad[2, 4:] = True, True
+    explained = torch._dynamo.explain(_unpad_keys)(k, v, pad)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+    k_packed, v_packed, cu_k, max_k = _unpad_keys(k, v, pad)
+    assert k_packed.shape == (30, 4, 8) and max_k == 10 and cu_k.tolist() == [0, 7, 17, 21]
+    assert torch.equal(k_packed[:7], k[0, :7]) and torch.equal(k_packed[7:17], k[1])
+    assert torch.equal(v_packed[17:21], v[2, :4]) and not k_packed[21:].any()
 
 
 def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
@@ -557,3 +597,43 @@ def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels
     names = _kernel_names(lambda: loss_of(compiled).backward())
     assert counters["stats"]["unique_graphs"] == graphs
     assert any("flex" in n or "triton_tem" in n for n in names), names
+
+
+@requires_cuda
+def test_compiled_bf16_model_keeps_padded_cross_attention_on_varlen_flash_in_one_graph():
+    """The recipes' path (bf16, auto, torch.compile): padded cross-attention runs a varlen flash
+    kernel, the whole forward traces as one graph (no graph break or host read in the unpadding),
+    and the compiled loss and gradients match eager."""
+    if torch.cuda.get_device_capability() < (8, 0):
+        pytest.skip("flash kernels need sm80+")
+    if not (ab.torch_varlen_available() or ab.flash_attn_installed()):
+        pytest.skip("neither torch.nn.attention.varlen nor flash-attn in this PyTorch")
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16,
+                                       attention_backend="auto").cuda().to(torch.bfloat16).train()
+    src = torch.randint(4, len(d), (4, 192), device="cuda")
+    src[1, -60:], src[3, -7:] = d.pad(), d.pad()
+    prev = torch.randint(4, len(d), (4, 128), device="cuda")
+
+    def loss_of(m):
+        return m(src, None, prev)[0].float().logsumexp(-1).mean()
+
+    ab.DISPATCH_COUNTS.clear()
+    eager = loss_of(model)
+    eager_grads = torch.autograd.grad(eager, list(model.parameters()))
+    assert ab.DISPATCH_COUNTS["torch-varlen"] + ab.DISPATCH_COUNTS["flash-attn"] == len(model.decoder.layers)
+    explained = torch._dynamo.explain(loss_of)(model)
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+    compiled = torch.compile(model)
+    loss = loss_of(compiled)
+    grads = torch.autograd.grad(loss, list(model.parameters()))
+    assert abs(loss.item() - eager.item()) < 2e-2 * abs(eager.item())
+    for g, r in zip(grads, eager_grads):
+        assert torch.isfinite(g).all() and (g.float() - r.float()).abs().max() <= 5e-2 * r.float().abs().max() + 1e-3
