@@ -174,7 +174,8 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
     backend = {"eager": "torch"}.get(name, name)
 
     def run():
-        folded, fpad, fcausal = ab.fold_masks(backend, table(length, length), pad, False, dtype=dtype)
+        folded, fpad, fcausal = ab.fold_masks(backend, table(length, length), pad, False, dtype=dtype,
+                                              dropout_p=dropout)  # as the model's stacks call it
         return finish(ab.attention(*leaves, bias=folded, key_padding_mask=fpad, causal=fcausal,
                                    dropout_p=dropout, backend=backend))
     return run if backward else _without_grad(run)
