@@ -31,7 +31,8 @@
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base step with
 #                    auto vs each single backend at dropout 0 and 0.1, and HF     -> bench_model.log
 # GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build attention_tests
-# bench_attention triton_tiles; train = build recipe bench_train; rest = build other_tests norm_ffn
+# bench_attention triton_tiles; train = recipe bench_train (no build: neither needs the fused_ops
+# extension, and the two fill the budget); rest = build other_tests norm_ffn
 # bench_model; all (the default) = every step in the order above (the budget cuts the last ones).
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures
 # (their JSON files are kept outside OUTDIR and embedded here). At most 8 files are written to
@@ -53,7 +54,7 @@ for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
     all) STEPS="$STEPS $ALL_STEPS" ;;
     attention) STEPS="$STEPS build attention_tests bench_attention triton_tiles" ;;
-    train) STEPS="$STEPS build recipe bench_train" ;;
+    train) STEPS="$STEPS recipe bench_train" ;;
     rest) STEPS="$STEPS build other_tests norm_ffn bench_model" ;;
     build|attention_tests|bench_attention|triton_tiles|recipe|bench_train|other_tests|norm_ffn|bench_model) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train rest; steps: $ALL_STEPS)" >&2; exit 2 ;;
