@@ -195,7 +195,7 @@ def _kernels_of(step) -> tuple:
 
 
 def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, autocast_dtype=None,
-                     hf: bool = True, **sizes) -> dict:
+                     hf: bool = True, on_dropout=None, **sizes) -> dict:
     """The T5 training step with ``auto`` against every single backend, one dropout at a time.
 
     Per dropout: our model with ``auto`` and with each backend of ``backends`` (same weights, same
@@ -205,13 +205,15 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
     at dropout 0 today; ``flex`` with dropout falls back to ``sdpa``): such models are still timed,
     so extra work around the same kernels shows. Then interleaved repeats; ``auto_vs_best`` is
     auto's median over the fastest single backend's, minus 1 (the target: <= 3%). Returns the
-    figures per dropout (also logged).
+    figures per dropout (also logged), and hands them so far to ``on_dropout`` after each one.
     """
     from ast_t5.models import AstT5Model
 
     batch = make_batch(shape, device)
     flops = None
     results = {}
+    figures = {"arch": arch, "batch": shape.batch, "src_len": shape.src_len, "tgt_len": shape.tgt_len,
+               "by_dropout": results}
     peak = peak_tflops(torch.cuda.get_device_name(), args.peak_tflops) if device.type == "cuda" else float("nan")
     for p in dropouts:
         with device:  # parameters made and initialized on the device: seconds less per T5-base model
@@ -262,11 +264,21 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
             out["ours_auto_over_hf_speed"] = median["hf"] / median["ours[auto]"]
             logger.info("dropout %g: ours[auto] / hf tokens/s %.2fx", p, out["ours_auto_over_hf_speed"])
         results[f"dropout {p:g}"] = out
+        figures.update(flops_per_step=flops, peak_tflops=peak)
+        if on_dropout is not None:
+            on_dropout(figures)
         del models, steps, base, hf_model
         if device.type == "cuda":
             torch.cuda.empty_cache()
-    return {"arch": arch, "batch": shape.batch, "src_len": shape.src_len, "tgt_len": shape.tgt_len,
-            "flops_per_step": flops, "peak_tflops": peak, "by_dropout": results}
+    return figures
+
+
+def write_json(path: str, obj) -> None:
+    """``obj`` as JSON at ``path``, replaced atomically."""
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        json.dump(obj, f, indent=1)
+    os.replace(tmp, path)
 
 
 def gpu_t5_base(args) -> dict:
@@ -276,8 +288,9 @@ def gpu_t5_base(args) -> dict:
     logger.info("GPU %s, torch %s; T5-base (t5_v11_base) bf16 autocast + AdamW, eager, batch %d x src %d / tgt %d, "
                 "%d repeats x %d steps per model", torch.cuda.get_device_name(), torch.__version__,
                 shape.batch, shape.src_len, shape.tgt_len, args.gpu_repeats, args.gpu_steps)
-    figures = compare_backends(args, device, "t5_v11_base", shape, args.gpu_dropouts, args.gpu_backends,
-                               torch.bfloat16)
+    save = (lambda figures: write_json(args.json, figures)) if args.json else None  # after each dropout:
+    figures = compare_backends(args, device, "t5_v11_base", shape, args.gpu_dropouts,  # a cut run keeps them
+                               args.gpu_backends, torch.bfloat16, on_dropout=save)
     logger.info("%.1f TFLOP/step (ast_t5.models.flops: padded shapes, attention included)",
                 figures["flops_per_step"] / 1e12)
     return figures
@@ -408,12 +421,7 @@ def main(argv=None) -> int:
     if not (args.device == "cuda" and args.skip_cpu):
         cpu_comparison(args)
     if args.device == "cuda":
-        figures = gpu_t5_base(args)
-        if args.json:
-            tmp = args.json + ".tmp"
-            with open(tmp, "w", encoding="utf-8") as f:
-                json.dump(figures, f, indent=1)
-            os.replace(tmp, args.json)
+        gpu_t5_base(args)
         gpu_softmax_dropout(args)
     return 0
 

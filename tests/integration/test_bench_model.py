@@ -13,17 +13,20 @@ pytest.importorskip("transformers")
 SIZES = dict(embed_dim=64, ffn_dim=128, num_heads=4, head_dim=16, encoder_layers=2, decoder_layers=2)
 
 
-def _compare(backends, dropouts=(0.0,)):
+def _compare(backends, dropouts=(0.0,), on_dropout=None):
     bench_model = load_benchmark("bench_model")
     args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
     return bench_model, bench_model.compare_backends(
         args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16), list(dropouts),
-        list(backends), None, True, **SIZES)
+        list(backends), None, True, on_dropout=on_dropout, **SIZES)
 
 
 def test_backends_that_ran_auto_s_kernels_are_named_and_still_timed():
-    bench_model, out = _compare(("sdpa", "flex"), dropouts=(0.0, 0.1))
-    json.dumps(out)  # the JSON gpu_check embeds
+    saved = []  # what --json holds after each dropout (a run cut by its time limit keeps those)
+    bench_model, out = _compare(("sdpa", "flex"), dropouts=(0.0, 0.1),
+                                on_dropout=lambda figures: saved.append(json.loads(json.dumps(figures))))
+    assert [sorted(f["by_dropout"]) for f in saved] == [["dropout 0"], ["dropout 0", "dropout 0.1"]]
+    assert saved[-1] == json.loads(json.dumps(out))  # the JSON gpu_check embeds
     for dropout in ("dropout 0", "dropout 0.1"):
         rows = out["by_dropout"][dropout]["rows"]
         assert set(rows) == {"ours[auto]", "ours[sdpa]", "ours[flex]", "hf"}
