@@ -457,3 +457,7 @@ def test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_k
         torch.cuda.synchronize()
     names = " ".join(e.key for e in prof.key_averages())
     assert "_fwd_kernel" in names and "_bwd_dkdv_kernel" in names and "_bwd_dq_kernel" in names, names
+    # the kernels go into the model's one graph: no graph break around them (what `auto` needs
+    # before a measurement may put triton into AUTO_TABLE for the compiled recipes)
+    explained = torch._dynamo.explain(lambda: model(src, None, prev)[0])()
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
