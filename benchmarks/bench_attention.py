@@ -26,7 +26,11 @@ gradient reaching the table, as in the model:
   tune `triton_rpe_attention.default_blocks` from one run;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
-  attention run; the lower bound for a biased kernel).
+  attention run; the lower bound for a biased kernel). With padding it packs the real keys and
+  runs a varlen kernel;
+- sdpa-nobias, flex-nobias: the same bias-free call on SDPA with the padding as a mask, and on
+  FlexAttention with the padding as a block mask (no dropout): the alternatives to the varlen
+  packing for padded cross-attention. A ``bias-free winner`` line names the fastest of the three.
 
 Columns: median ms of fwd+bwd (forward only where a backend has no backward on this device),
 TFLOP/s at the nominal 3.5 x 4 B H T S D FLOPs (padding not subtracted), the floor (those FLOPs at
@@ -54,7 +58,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
-BACKENDS = ("eager", "fused", "sdpa", "flex", "flex-distance", "triton", "auto", "flash-nobias")
+BACKENDS = ("eager", "fused", "sdpa", "flex", "flex-distance", "triton", "auto", "flash-nobias", "sdpa-nobias",
+            "flex-nobias")
+NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
                "flex": ("flex",), "flex-distance": ("flex",), "triton": ("triton-rpe",)}
@@ -141,14 +147,20 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         grads = torch.autograd.grad(out, [*leaves, table.embedding.weight], grad_out, allow_unused=True)
         return out, list(grads)
 
-    if name in ("flash-nobias", "eager-nobias"):
-        nobias_backend = "flash" if name == "flash-nobias" else "torch"
+    if name in ("flex", "flex-distance", "flex-nobias") and dropout > 0:
+        return None
+    if name == "flex-nobias":  # what `attention` never dispatches itself: bias-free flex, padding as a block mask
+        def run_flex():
+            ab._count("flex")
+            block_mask = ab.flex_block_mask(pad, False, length, length, leaves[0].device)
+            return finish(ab._flex_compiled(leaves[0].device.type)(*leaves, None, None, block_mask, 1.0))
+        return run_flex if backward else _without_grad(run_flex)
+    if name in NOBIAS:
+        nobias_backend = {"flash-nobias": "flash", "sdpa-nobias": "sdpa", "eager-nobias": "torch"}[name]
 
         def run():
             return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))
         return run if backward else _without_grad(run)
-    if name in ("flex", "flex-distance") and dropout > 0:
-        return None
     if name.startswith("triton:"):  # a tile configuration under test (--triton-blocks)
         from ast_t5.modules import triton_rpe_attention as tra
 
@@ -225,11 +237,11 @@ def reference_result(name, case, backward, device):
     table_wide = RelativePositionBias(table.num_heads, table.num_buckets, table.max_distance, True).to(device, wide)
     table_wide.load_state_dict(table.state_dict())
     wide_case = (q.to(wide), k.to(wide), v.to(wide), pad, table_wide, grad_out.to(wide))
-    return step_fn("eager-nobias" if name == "flash-nobias" else "eager", *wide_case, 0.0, backward)()
+    return step_fn("eager-nobias" if name in NOBIAS else "eager", *wide_case, 0.0, backward)()
 
 
 def backward_supported(name, device) -> bool:
-    return device.type == "cuda" or name not in ("flex", "flex-distance")
+    return device.type == "cuda" or name not in ("flex", "flex-distance", "flex-nobias")
 
 
 def available(name, device) -> Optional[str]:
@@ -270,6 +282,7 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
     paddings = {"both": (False, True), "none": (False,), "padded": (True,)}[args.padding]
     rows: List[Dict] = []
     winners: List[Dict] = []
+    nobias_winners: List[Dict] = []
     print(f"# attention fwd+bwd, B{args.batch} H{args.heads} D{args.head_dim} {args.dtype} on "
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
           f"median of {args.repeats}; floor at {args.peak_tflops:g} TFLOP/s")
@@ -300,10 +313,10 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                             row["ms"] = time_ms(fn, device, args.warmup, args.repeats)
                             row["tflops"] = (flops if backward else flops / 3.5) / (row["ms"] * 1e-3) / 1e12
                             if dropout == 0.0:
-                                key = ("flash-nobias" if name == "flash-nobias" else "biased", backward)
+                                key = ("bias-free" if name in NOBIAS else "biased", backward)
                                 if key not in ref_cache:
                                     ref = reference_result(name, case, backward, device)
-                                    own = step_fn("eager-nobias" if name == "flash-nobias" else "eager",
+                                    own = step_fn("eager-nobias" if name in NOBIAS else "eager",
                                                   *case, 0.0, backward)()
                                     ref_cache[key] = (ref, max_error(own, ref))
                                 ref, own_err = ref_cache[key]
@@ -327,15 +340,25 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                     vs = "" if winner["x_sdpa"] is None else f", {winner['x_sdpa']:.2f}x sdpa"
                     print(f"# winner T={length} dropout {dropout:g} padded {'yes' if padded else 'no'}: "
                           f"{winner['backend']} {winner['ms']:.3f} ms{vs}", flush=True)
+                free = [r for r in condition_rows if r["backend"] in NOBIAS and r.get("ms") is not None
+                        and r.get("pass") == "fwd+bwd"]
+                if len(free) > 1:
+                    best = min(free, key=lambda r: r["ms"])
+                    nobias_winners.append(dict(length=length, dropout=dropout, padded=padded,
+                                               backend=best["backend"], ran=best.get("ran"), ms=best["ms"],
+                                               others={r["backend"]: r["ms"] for r in free if r is not best}))
+                    print(f"# bias-free winner T={length} dropout {dropout:g} padded {'yes' if padded else 'no'}: "
+                          f"{best['backend']} ({best.get('ran')}) {best['ms']:.3f} ms; "
+                          + ", ".join(f"{r['backend']} {r['ms']:.3f}" for r in free if r is not best), flush=True)
                 if on_condition is not None:
-                    on_condition(payload(args, device, rows, winners))
-    return payload(args, device, rows, winners)
+                    on_condition(payload(args, device, rows, winners, nobias_winners))
+    return payload(args, device, rows, winners, nobias_winners)
 
 
-def payload(args, device, rows, winners) -> Dict:
+def payload(args, device, rows, winners, nobias_winners=()) -> Dict:
     return dict(device=str(device), device_name=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                 torch=torch.__version__, peak_tflops=args.peak_tflops, repeats=args.repeats, rows=rows,
-                winners=winners)
+                winners=winners, nobias_winners=list(nobias_winners))
 
 
 def format_row(row) -> str:
@@ -361,6 +384,7 @@ def write_json(path: str, payload: Dict) -> None:
 
 def main(argv=None) -> int:
     logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("filelock").setLevel(logging.WARNING)  # inductor's cache locks log at DEBUG otherwise
     args = parse_args(argv)
     result = run(args, on_condition=(lambda partial: write_json(args.json, partial)) if args.json else None)
     if args.json:

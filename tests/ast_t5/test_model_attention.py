@@ -530,11 +530,14 @@ def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
 
     bench = load_benchmark("bench_attention")
     out = tmp_path / "sub" / "attention.json"
-    assert bench.main(["--backends", "eager", "sdpa", "auto", "flash-nobias", "--lengths", "24",
+    assert bench.main(["--backends", "eager", "sdpa", "auto", "flash-nobias", "sdpa-nobias", "--lengths", "24",
                        "--dropouts", "0", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = payload["rows"]
-    assert len(rows) == 8 and payload["device"] == "cpu"  # 4 backends x (no padding, padding)
+    assert len(rows) == 10 and payload["device"] == "cpu"  # 5 backends x (no padding, padding)
+    # one bias-free winner per condition, among the bias-free rows, with the others' times beside it
+    assert [(w["padded"], sorted([w["backend"], *w["others"]])) for w in payload["nobias_winners"]] == [
+        (False, ["flash-nobias", "sdpa-nobias"]), (True, ["flash-nobias", "sdpa-nobias"])]
     for row in rows:
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
         assert row["max_err"] < 1e-5 and row["err_ratio"] is not None, row
