@@ -90,7 +90,7 @@ def make_step(model, logits_fn, batch, autocast_dtype=None):
     def step():
         with torch.autocast(src.device.type, dtype=autocast_dtype, enabled=autocast_dtype is not None):
             logits = logits_fn(model, src, prev)
-            loss = F.cross_entropy(logits.float().view(-1, logits.size(-1)), tgt.view(-1), ignore_index=PAD)
+            loss = F.cross_entropy(logits.float().reshape(-1, logits.size(-1)), tgt.reshape(-1), ignore_index=PAD)
         loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -195,7 +195,7 @@ def _kernels_of(step) -> tuple:
 
 
 def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, autocast_dtype=None,
-                     hf: bool = True, on_dropout=None, **sizes) -> dict:
+                     hf: bool = True, on_dropout=None, compile_backend=None, **sizes) -> dict:
     """The T5 training step with ``auto`` against every single backend, one dropout at a time.
 
     Per dropout: our model with ``auto`` and with each backend of ``backends`` (same weights, same
@@ -206,6 +206,9 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
     so extra work around the same kernels shows. Then interleaved repeats; ``auto_vs_best`` is
     auto's median over the fastest single backend's, minus 1 (the target: <= 3%). Returns the
     figures per dropout (also logged), and hands them so far to ``on_dropout`` after each one.
+    With ``compile_backend`` every model runs compiled, as the GPU recipes train: ours with
+    ``model.compile`` (bucketed lengths) on that torch.compile backend, Hugging Face's through
+    torch.compile; the kernels are then those of our first, eager forward.
     """
     from ast_t5.models import AstT5Model
 
@@ -213,18 +216,24 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
     flops = None
     results = {}
     figures = {"arch": arch, "batch": shape.batch, "src_len": shape.src_len, "tgt_len": shape.tgt_len,
-               "by_dropout": results}
+               "compiled": compile_backend or False, "by_dropout": results}
     peak = peak_tflops(torch.cuda.get_device_name(), args.peak_tflops) if device.type == "cuda" else float("nan")
     for p in dropouts:
         with device:  # parameters made and initialized on the device: seconds less per T5-base model
             base, hf_model = build_pair(arch, shape, device, torch.float32, "auto", p, **sizes)
-            models = {"ours[auto]": base}
-            for b in backends:
-                m = AstT5Model.build(dataclasses.replace(base.cfg, attention_backend=b), base.encoder.dictionary)
+            models = {}
+            for b in ("auto", *backends):
+                cfg = dataclasses.replace(base.cfg, attention_backend=b)
+                if compile_backend:
+                    cfg = dataclasses.replace(cfg, compile=True, compile_backend=compile_backend)
+                m = AstT5Model.build(cfg, base.encoder.dictionary)
                 m.load_state_dict(base.state_dict())
                 models[f"ours[{b}]"] = m.to(device).train()
+            if compile_backend:
+                hf_model = torch.compile(hf_model, backend=compile_backend)
         if flops is None:
             flops = model_flops_per_step(base, batch)
+        del base
         if hf:
             models["hf"] = hf_model
         steps = {name: make_step(m, hf_logits if name == "hf" else ours_logits, batch, autocast_dtype)
@@ -267,7 +276,7 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
         figures.update(flops_per_step=flops, peak_tflops=peak)
         if on_dropout is not None:
             on_dropout(figures)
-        del models, steps, base, hf_model
+        del models, steps, hf_model
         if device.type == "cuda":
             torch.cuda.empty_cache()
     return figures
@@ -285,12 +294,14 @@ def gpu_t5_base(args) -> dict:
     """T5-base bf16 step (autocast over fp32 weights, torch AdamW), eager: auto vs each backend, and HF."""
     device = torch.device("cuda")
     shape = Shape(32128, args.gpu_batch, args.gpu_src_len, args.gpu_tgt_len)
-    logger.info("GPU %s, torch %s; T5-base (t5_v11_base) bf16 autocast + AdamW, eager, batch %d x src %d / tgt %d, "
+    logger.info("GPU %s, torch %s; T5-base (t5_v11_base) bf16 autocast + AdamW, %s, batch %d x src %d / tgt %d, "
                 "%d repeats x %d steps per model", torch.cuda.get_device_name(), torch.__version__,
+                "compiled (inductor)" if args.gpu_compile else "eager",
                 shape.batch, shape.src_len, shape.tgt_len, args.gpu_repeats, args.gpu_steps)
     save = (lambda figures: write_json(args.json, figures)) if args.json else None  # after each dropout:
     figures = compare_backends(args, device, "t5_v11_base", shape, args.gpu_dropouts,  # a cut run keeps them
-                               args.gpu_backends, torch.bfloat16, on_dropout=save)
+                               args.gpu_backends, torch.bfloat16, on_dropout=save,
+                               compile_backend="inductor" if args.gpu_compile else None)
     logger.info("%.1f TFLOP/step (ast_t5.models.flops: padded shapes, attention included)",
                 figures["flops_per_step"] / 1e12)
     return figures
@@ -392,6 +403,9 @@ def parse_args(argv=None):
                         "fine-tuning and the paper's architecture)")
     p.add_argument("--gpu-backends", nargs="+", default=list(SINGLE_BACKENDS),
                    help="single backends compared with auto in the T5-base step")
+    p.add_argument("--gpu-compile", action="store_true",
+                   help="the T5-base comparison with every model compiled, as the GPU recipes train (adds "
+                        "about a minute of compilation per model: a call of its own)")
     p.add_argument("--json", default=None, help="also write the T5-base figures to this JSON file (atomically)")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="override the GPU's peak bf16 TFLOP/s")
     p.add_argument("--sm-batch", type=int, default=16)

@@ -13,12 +13,12 @@ pytest.importorskip("transformers")
 SIZES = dict(embed_dim=64, ffn_dim=128, num_heads=4, head_dim=16, encoder_layers=2, decoder_layers=2)
 
 
-def _compare(backends, dropouts=(0.0,), on_dropout=None):
+def _compare(backends, dropouts=(0.0,), on_dropout=None, compile_backend=None):
     bench_model = load_benchmark("bench_model")
     args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
     return bench_model, bench_model.compare_backends(
         args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16), list(dropouts),
-        list(backends), None, True, on_dropout=on_dropout, **SIZES)
+        list(backends), None, True, on_dropout=on_dropout, compile_backend=compile_backend, **SIZES)
 
 
 def test_backends_that_ran_auto_s_kernels_are_named_and_still_timed():
@@ -52,3 +52,13 @@ def test_a_backend_with_other_kernels_is_timed_and_auto_compared_with_it():
     assert result["best_single"] == "ours[torch]"
     assert math.isclose(result["auto_vs_best"], rows["ours[auto]"]["ms"] / rows["ours[torch]"]["ms"] - 1)
     assert out["flops_per_step"] > 0 and rows["ours[auto]"]["mfu_percent"] is None  # no known peak on CPU
+
+
+def test_the_comparison_runs_every_model_compiled_as_the_recipes_train():
+    """--gpu-compile: ours with model.compile (here the quick aot_eager backend), Hugging Face
+    through torch.compile; the kernels recorded are those of our first, eager forward."""
+    _, out = _compare(("sdpa",), compile_backend="aot_eager")
+    assert out["compiled"] == "aot_eager"
+    rows = out["by_dropout"]["dropout 0"]["rows"]
+    assert set(rows) == {"ours[auto]", "ours[sdpa]", "hf"} and all(r["ms"] > 0 for r in rows.values())
+    assert rows["ours[auto]"]["kernels"] == {"sdpa": 6} and rows["ours[sdpa]"]["same_kernels_as"] == "ours[auto]"
