@@ -414,7 +414,10 @@ def parse_args(argv=None):
                    help="with --device cuda: only the eager vs liger RMSNorm / gated GELU comparison")
     p.add_argument("--norm-ffn-compile", action="store_true",
                    help="with --norm-ffn: also both under model.compile (adds a few minutes of compilation)")
-    return p.parse_args(argv)
+    args = p.parse_args(argv)
+    if args.device != "cuda" and (args.json or args.gpu_compile):
+        p.error("--json and --gpu-compile belong to the T5-base comparison: add --device cuda")
+    return args
 
 
 def main(argv=None) -> int:

@@ -62,3 +62,12 @@ def test_the_comparison_runs_every_model_compiled_as_the_recipes_train():
     rows = out["by_dropout"]["dropout 0"]["rows"]
     assert set(rows) == {"ours[auto]", "ours[sdpa]", "hf"} and all(r["ms"] > 0 for r in rows.values())
     assert rows["ours[auto]"]["kernels"] == {"sdpa": 6} and rows["ours[sdpa]"]["same_kernels_as"] == "ours[auto]"
+
+
+def test_gpu_only_options_without_cuda_are_a_usage_error():
+    bench_model = load_benchmark("bench_model")
+    for argv in (["--json", "x.json"], ["--gpu-compile"]):
+        with pytest.raises(SystemExit) as exc:
+            bench_model.parse_args(argv)
+        assert exc.value.code == 2
+    assert bench_model.parse_args(["--device", "cuda", "--json", "x.json"]).json == "x.json"
