@@ -16,8 +16,16 @@ target lengths are padded to multiples of ``compile_pad_multiple`` first (and th
 back; padding is masked in the encoder and lies after every real position of the causal decoder,
 so real positions see exactly what they saw before), so the graphs see a bounded set of shapes;
 the batch dimension and the length buckets then become dynamic after the first recompilation
-(torch's automatic dynamic shapes). Every compilation is logged with its wall time. The encoder
-and decoder called on their own (generation, incremental decoding, export) stay eager.
+(torch's automatic dynamic shapes). Every compilation is logged with its wall time. Only forwards
+with gradients are compiled: validation and scoring (``torch.no_grad``) run eagerly, since grad
+mode is a guard of the compiled graphs and would double them. The encoder and decoder called on
+their own (generation, incremental decoding, export) stay eager too.
+
+How many graphs: one per class of inputs the traced code branches on, each compiled once (the
+first of all with static shapes). On a GPU with ``auto`` a stack's biased attention runs on
+``sdpa`` up to 128 queries and on ``flex`` beyond (`attention_backends.FLEX_MIN_QUERIES`), so
+the classes are source <= 128 or longer times target <= 128 or longer: at most 1 + 4 graphs,
+inside torch's recompile limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures).
 """
 import logging
 import time
@@ -52,7 +60,9 @@ class AstT5Model(FairseqEncoderDecoderModel):
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
         """fairseq's encoder-decoder forward; compiled with bucketed lengths when cfg.compile."""
-        if not self.cfg.compile:
+        if not self.cfg.compile or not torch.is_grad_enabled():
+            # forwards without gradients (validation, scoring) run eagerly: compiling them would
+            # double the graphs (grad mode is a guard) and could exhaust torch's recompile limit
             return super().forward(src_tokens, src_lengths, prev_output_tokens, **kwargs)
         pad = self.encoder.padding_idx
         tgt_len = prev_output_tokens.size(1)
@@ -65,6 +75,7 @@ class AstT5Model(FairseqEncoderDecoderModel):
             # split the graph and force a recompilation at the next update.
             with torch.no_grad():
                 self._eager_forward(src, src_lengths, prev, **kwargs)
+            ensure_recompile_limit(MIN_RECOMPILE_LIMIT)
             self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
         graphs = _compiled_graph_count()
         start = time.perf_counter()
@@ -170,6 +181,24 @@ def pad_to_bucket(tokens: torch.Tensor, multiple: int, limit: int, pad: int) -> 
     length = tokens.size(1)
     target = max(length, min(-(-length // multiple) * multiple, limit))
     return tokens if target == length else F.pad(tokens, (0, target - length), value=pad)
+
+
+# Graphs the compiled training forward may need (see the module docstring: 1 + 4 classes), with
+# room for what only a GPU run can show. torch's default limit is 8 per function; past it, new
+# shapes silently run eagerly (slower, and with more activation memory than the recipes plan).
+MIN_RECOMPILE_LIMIT = 16
+
+
+def ensure_recompile_limit(minimum: int) -> None:
+    """Raise torch._dynamo's per-function recompile limit to ``minimum`` if it is lower (logged)."""
+    import torch._dynamo.config as dynamo_config
+
+    name = "recompile_limit" if hasattr(dynamo_config, "recompile_limit") else "cache_size_limit"
+    current = getattr(dynamo_config, name)
+    if current < minimum:
+        setattr(dynamo_config, name, minimum)
+        logger.info("torch.compile: torch._dynamo.config.%s raised from %d to %d (graphs of the "
+                    "training forward: one per length class)", name, current, minimum)
 
 
 def _compiled_graph_count() -> int:

@@ -91,8 +91,9 @@ class AstT5Config(FairseqDataclass):
         default=False, metadata={"help": "recompute each layer's activations in backward (saves memory)"})
     init_factor: float = field(default=1.0, metadata={"help": "multiplier of every initialization std"})
     compile: bool = field(default=False, metadata={
-        "help": "torch.compile the training forward (model(...) as fairseq's trainer and criterion "
-                "call it); generation and incremental decoding stay eager. The compile time is logged"})
+        "help": "torch.compile the training forward (model(...) with gradients, as fairseq's trainer "
+                "and criterion call it); validation, generation and incremental decoding stay eager. "
+                "The compile time is logged"})
     compile_backend: str = field(default="inductor", metadata={
         "help": "torch.compile backend (inductor: generated kernels; aot_eager: traced graphs run "
                 "by PyTorch's own ops, compiles in seconds, for tests)"})

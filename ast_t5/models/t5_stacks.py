@@ -19,7 +19,7 @@ from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
 from ast_t5.modules import LayerSpec, RelativePositionBias, T5DecoderLayer, T5EncoderLayer, build_norm
-from ast_t5.modules.attention_backends import compute_dtype, fold_masks
+from ast_t5.modules.attention_backends import compute_dtype, fold_masks, stack_block_mask
 from ast_t5.modules.projections import linear
 
 from .config import AstT5Config, resolved_head_dim, structure
@@ -121,13 +121,17 @@ class T5Encoder(_StackMixin, FairseqEncoder):
             positions = ((~padding_mask).long().cumsum(dim=1) - 1).clamp(min=0)  # skips left padding
         x = self._embed(src_tokens, positions)
         attn_mask = _mask_if_any(padding_mask)
-        shared_bias = None
+        shared_bias, layer_block_mask = None, None
         if self.rel_pos_bias is not None:
             shared_bias, attn_mask, _ = fold_masks(
                 self.attention_backend, self.rel_pos_bias(src_tokens.size(1), src_tokens.size(1)),
                 attn_mask, causal=False, dtype=compute_dtype(x), dropout_p=self._attention_dropout_now())
+        elif self.layers and self.layers[0].rel_pos_bias is not None:  # per-layer tables (the paper's)
+            layer_block_mask = stack_block_mask(self.attention_backend, attn_mask, False, src_tokens.size(1),
+                                                src_tokens.size(1), src_tokens.device, compute_dtype(x),
+                                                self._attention_dropout_now())
         for layer in self.layers:
-            x = self._run_layer(layer, x, attn_mask, shared_bias)
+            x = self._run_layer(layer, x, attn_mask, shared_bias, layer_block_mask)
         x = self._finish(x)
         return {
             "encoder_out": [x.transpose(0, 1)],  # (S, B, C)

@@ -60,7 +60,12 @@ from .relative_position_bias import RelativeBias
 logger = logging.getLogger(__name__)
 
 ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash", "flex", "triton")
-FLEX_MIN_QUERIES = 128  # shorter query blocks (incremental decoding) stay on sdpa: no recompiles
+# auto sends biased calls to flex only beyond one flex block (128) of queries (keys: as many in
+# self-attention). Shorter calls (incremental decoding, short batches) stay on sdpa: flex gains
+# little there, and under torch.compile a one-block BlockMask specializes the graph (a size-1
+# dimension) and inductor switches to its decoding kernel below 128 queries; each would be one
+# more class of compiled graphs (AstT5Model's docstring counts them).
+FLEX_MIN_QUERIES = 129
 # How `flex` gets the bucket table's gradient when one is needed (training):
 # - "dense": the score_mod reads a (1, H, T, S) float32 bias built once per stack from the
 #   per-distance vector; the kernel's gradient lands per element (contention: the batch), and
@@ -109,7 +114,7 @@ AUTO_TABLE = (
              "biased, no dropout: Flex 1.52 ms (dense bias; the per-distance form is not yet "
              "measured) vs SDPA-with-mask 2.62 ms vs fused 4.53 ms"),
     AutoRule("cuda", "any", "any", "any", 0, 0, "sdpa",
-             "dropout > 0 (Flex has none), short query blocks, fp32 or pre-sm80: SDPA 2.62 ms "
+             "dropout > 0 (Flex has none), 128 queries or fewer, fp32 or pre-sm80: SDPA 2.62 ms "
              "vs fused 4.73 ms at p=0.1"),
 )
 
@@ -406,18 +411,25 @@ class FoldedBias:
 
     Holds the bias per distance and the masks for ``flex`` and, when a call may end up on a dense
     kernel (``auto`` while dropout is unknown), the folded dense mask as well. The block mask is
-    built on first use and shared by the layers (rebuilt per call inside torch.compile, where the
-    graph dedupes it, so that no traced code mutates this object).
+    shared by the layers: in eager mode built on first use; inside torch.compile built here, where
+    the stack folds its masks, outside the layers. (Built inside a layer under activation
+    checkpointing, create_block_mask's torch-function mode is a side effect the checkpoint cannot
+    trace: dynamo then gave up on the whole stack, which ran eagerly. And no traced code mutates
+    this object.)
     """
 
     def __init__(self, rel: RelativeBias, key_padding_mask, causal: bool, dense: Optional[torch.Tensor],
-                 flex: bool = True):
+                 flex: bool = True, block_mask=None):
         self.rel = rel
         self.key_padding_mask = key_padding_mask
         self.causal = causal
         self.dense = dense
-        self._block_mask = None
-        self._has_block_mask = False
+        self._block_mask = block_mask  # given: built by the stack (`stack_block_mask`)
+        self._has_block_mask = block_mask is not None
+        if flex and block_mask is None and torch.compiler.is_compiling():
+            self._block_mask = flex_block_mask(key_padding_mask, causal, rel.q_len, rel.k_len,
+                                               rel.per_distance.device)
+            self._has_block_mask = True
         self._flex_dense = None
         if flex and FLEX_TABLE_GRAD == "dense" and _needs_table_grad(rel) and rel.per_distance.is_cuda:
             # built here, once per stack, outside any layer's activation checkpoint
@@ -430,7 +442,7 @@ class FoldedBias:
         return self.rel.dense().to(dtype)
 
     def block_mask(self, device):
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and not self._has_block_mask:
             return flex_block_mask(self.key_padding_mask, self.causal, self.rel.q_len, self.rel.k_len, device)
         if not self._has_block_mask:
             self._block_mask = _shared_block_mask(self.key_padding_mask, self.causal, self.rel.q_len,
@@ -492,10 +504,27 @@ def _fold_dense(bias, key_padding_mask, causal, dtype):
     return bias
 
 
+def stack_block_mask(backend: str, key_padding_mask: Optional[torch.Tensor], causal: bool, q_len: int,
+                     k_len: int, device: torch.device, dtype: torch.dtype, dropout_p: float):
+    """The flex BlockMask for the layers of a stack that fold their own bias (the paper's per-layer
+    tables), built once by the stack, outside the layers, when it is being compiled and its biased
+    calls will run on flex; else None (each `FoldedBias` builds its own, as it needs).
+
+    Pass it to `fold_masks` (``block_mask=``). Inside a layer under activation checkpointing,
+    create_block_mask cannot be traced (see `FoldedBias`)."""
+    if not torch.compiler.is_compiling():
+        return None
+    if backend == "auto":
+        backend = auto_choice(device, dtype, dropout_p, True, q_len)[0]
+    if backend != "flex" or dropout_p > 0:
+        return None
+    return flex_block_mask(key_padding_mask, causal, q_len, k_len, device)
+
+
 def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
                key_padding_mask: Optional[torch.Tensor], causal: bool,
-               dtype: Optional[torch.dtype] = None, dropout_p: Optional[float] = None
-               ) -> Tuple[Optional[BiasLike], Optional[torch.Tensor], bool]:
+               dtype: Optional[torch.dtype] = None, dropout_p: Optional[float] = None,
+               block_mask=None) -> Tuple[Optional[BiasLike], Optional[torch.Tensor], bool]:
     """Prepare a stack's bias and masks once, for every layer, in the form its backend takes.
 
     - ``torch``/``sdpa``/``flash`` (and ``auto`` on CPU): padding and causal masks folded into one
@@ -513,6 +542,7 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
         bias: a `RelativeBias` (from RelativePositionBias) or a dense (1 or B, H, T, S) tensor.
         dtype: the attention's compute dtype (see `compute_dtype`).
         dropout_p: the layers' attention dropout in this pass (0.0 in eval), if the caller knows it.
+        block_mask: the flex BlockMask of these masks, if the caller built it (`stack_block_mask`).
     Returns:
         (bias, key_padding_mask, causal) to pass to `attention`.
     """
@@ -527,13 +557,14 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
         # the caller knows the dropout: prepare exactly the form of the backend the table gives
         choice, _ = auto_choice(device, dtype or bias.dtype, dropout_p, True, bias.q_len)
         if choice in ("flex", "triton"):
-            return FoldedBias(bias, key_padding_mask, causal, None, flex=choice == "flex"), None, False
+            return FoldedBias(bias, key_padding_mask, causal, None, flex=choice == "flex",
+                              block_mask=block_mask if choice == "flex" else None), None, False
         backend = choice  # a dense kernel: the bias is densified below
     if isinstance(bias, RelativeBias) and (backend == "flex" or (backend == "auto" and device.type == "cuda")):
         dense = None
         if backend == "auto" and torch.is_grad_enabled():
             dense = _fold_dense(bias.dense(), key_padding_mask, causal, dtype)
-        return FoldedBias(bias, key_padding_mask, causal, dense), None, False
+        return FoldedBias(bias, key_padding_mask, causal, dense, block_mask=block_mask), None, False
     if isinstance(bias, RelativeBias):
         bias = bias.dense()
     if backend == "fused":

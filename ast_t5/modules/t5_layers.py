@@ -81,14 +81,16 @@ class T5EncoderLayer(_SublayerMixin):
         self.backend = spec.backend
 
     def forward(self, x: Tensor, padding_mask: Optional[Tensor],
-                shared_bias: Optional[Tensor] = None) -> Tensor:
+                shared_bias: Optional[Tensor] = None, block_mask=None) -> Tensor:
         """x: (B, S, C); padding_mask: (B, S) bool or None; shared_bias: (1 or B, H, S, S) or None
-        (a shared bias comes with the padding already folded in, see attention_backends.fold_masks)."""
+        (a shared bias comes with the padding already folded in, see attention_backends.fold_masks);
+        block_mask: the stack's flex BlockMask for this layer's own bias (`stack_block_mask`) or None."""
         bias = shared_bias
         if self.rel_pos_bias is not None:
             bias, padding_mask, _ = fold_masks(self.backend, self.rel_pos_bias(x.size(1), x.size(1)),
                                                padding_mask, causal=False, dtype=compute_dtype(x),
-                                               dropout_p=self.self_attn.dropout if self.training else 0.0)
+                                               dropout_p=self.self_attn.dropout if self.training else 0.0,
+                                               block_mask=block_mask)
         x = self._sublayer(x, self.self_attn_norm,
                            lambda h: self.self_attn(h, bias=bias, key_padding_mask=padding_mask))
         return self._sublayer(x, self.ffn_norm, self.ffn)

@@ -255,6 +255,8 @@ def fake_sm(monkeypatch):
     (80, torch.float16, 0.0, True, 512, "flex"),
     (90, torch.bfloat16, 0.1, True, 1024, "sdpa"),  # flex has no dropout; fused lost to sdpa
     (90, torch.bfloat16, 0.0, True, 1, "sdpa"),  # incremental decoding: no flex recompiles
+    (90, torch.bfloat16, 0.0, True, 128, "sdpa"),  # one flex block: its own compiled-graph class
+    (90, torch.bfloat16, 0.0, True, 129, "flex"),
     (90, torch.float32, 0.0, True, 1024, "sdpa"),
     (75, torch.float16, 0.0, True, 1024, "sdpa"),
     (90, torch.bfloat16, 0.1, False, 1024, "flash"),
@@ -564,10 +566,12 @@ def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without
 
 
 @requires_cuda
-def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels():
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels(checkpointing):
     """trainspeed's model.compile path: the whole model under torch.compile with the flex backend
     (dropout 0, so biased calls stay on flex), loss and gradients as in eager, flex kernels ran,
-    and a second step with the same shapes compiles nothing new."""
+    and a second step with the same shapes compiles nothing new. With activation checkpointing the
+    forward is still one graph (block masks built outside the checkpointed layers)."""
     from fairseq.data import Dictionary
     from torch._dynamo.utils import counters
 
@@ -578,7 +582,8 @@ def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels
         d.add_symbol(f"tok{i}")
     torch.manual_seed(0)
     kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
-    model = AstT5Model.from_dictionary(d, attention_backend="flex", **kwargs).cuda().train()
+    model = AstT5Model.from_dictionary(d, attention_backend="flex", checkpoint_activations=checkpointing,
+                                       **kwargs).cuda().train()
     reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
     reference.load_state_dict(model.state_dict())
     src = torch.randint(4, len(d), (4, 200), device="cuda")
@@ -588,6 +593,10 @@ def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels
     def loss_of(m):
         return m(src, None, prev)[0].float().logsumexp(-1).mean()
 
+    if checkpointing:
+        explained = torch._dynamo.explain(loss_of)(model)
+        assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+        model.zero_grad()
     compiled = torch.compile(model)
     loss = loss_of(compiled)
     loss.backward()

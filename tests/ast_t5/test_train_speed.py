@@ -101,15 +101,178 @@ def test_compiled_model_decodes_incrementally_like_its_training_forward():
                                        compile=True, compile_backend="aot_eager").eval()
     src = torch.randint(4, len(d), (2, 9))
     prev = torch.cat([torch.full((2, 1), d.eos()), torch.randint(4, len(d), (2, 4))], dim=1)
+    full = model(src, None, prev)[0].detach()  # compiled (a forward with gradients), padded and cropped back
+    assert model.compile_seconds > 0 and full.shape == (2, 5, len(d))
     with torch.no_grad():
-        full, _ = model(src, None, prev)  # compiled, padded to the bucket and cropped back
-        assert model.compile_seconds > 0 and full.shape == (2, 5, len(d))
         enc = model.encoder(src)
         state, steps = {}, []
         for t in range(prev.size(1)):
             out, _ = model.decoder(prev[:, : t + 1], encoder_out=enc, incremental_state=state)
             steps.append(out)
     torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-4, atol=1e-5)
+
+
+# --- model.compile with the GPU's attention dispatch, emulated on the CPU -------------------------
+_GRAPHS = []  # one entry per graph the counting backend received: its number of flex calls
+
+
+def _counting_backend(gm, example_inputs):
+    """A torch.compile backend that records each graph (and its flex calls), then runs it as traced."""
+    _GRAPHS.append(sum(1 for n in gm.graph.nodes if "flex_attention" in str(n.target)))
+    return gm.forward
+
+
+@pytest.fixture
+def gpu_dispatch_on_cpu(monkeypatch):
+    """`auto` as it decides on an H100 in bf16 (biased calls of more than 128 queries -> flex), with
+    FlexAttention allowed where torch refuses it on CPU: its backward (torch's math implementation,
+    correct but slow; the CUDA kernels are tested on a GPU) and inside a traced model. What this
+    checks is what dynamo sees of our code: the graphs, their guards, and the gradients."""
+    import torch._dynamo.config as dynamo_config
+    import torch.nn.attention.flex_attention as flex_module
+    from torch._dynamo import register_backend
+
+    from ast_t5.modules import attention_backends as ab
+
+    if not hasattr(flex_module, "_validate_device"):
+        pytest.fail("torch.nn.attention.flex_attention._validate_device is gone: update this fixture")
+    monkeypatch.setattr(flex_module, "_validate_device", lambda q, k, v: None)
+    monkeypatch.setattr(ab, "_flex_unsupported", lambda q, k, v, bias: ab._per_distance_unsupported(bias)[1])
+    monkeypatch.setattr(ab, "_capability", lambda device: 90)
+    table_choice = ab.auto_choice
+    monkeypatch.setattr(ab, "auto_choice", lambda device, dtype, dropout_p, has_bias, q_len: table_choice(
+        torch.device("cuda"), torch.bfloat16, dropout_p, has_bias, q_len))
+    monkeypatch.setattr(dynamo_config, "recompile_limit", dynamo_config.recompile_limit)  # restored after
+    if "ast_t5_test_counting" not in torch._dynamo.list_backends(exclude_tags=()):
+        register_backend(_counting_backend, name="ast_t5_test_counting")
+    _GRAPHS.clear()
+    torch._dynamo.reset()
+    yield ab
+    torch._dynamo.reset()
+
+
+def test_compiled_training_with_the_gpu_dispatch_keeps_few_graphs_and_eager_gradients(gpu_dispatch_on_cpu):
+    """On a GPU, `auto` runs biased attention on flex inside the compiled forward, whose block masks
+    are built in the graph. Their guards (one block or more) and grad mode made torch compile a new
+    graph per length class and per train/eval switch, until its recompile limit (8) sent new shapes
+    to eager mode for the rest of the run. Now: at most 1 + 4 graphs over a run's mix of lengths
+    (none more on a second pass), validation forwards are not compiled, flex really ran in the
+    traced graphs, and loss and gradients equal the eager reference."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+    from ast_t5.models.ast_t5_model import MIN_RECOMPILE_LIMIT
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0)
+    model = AstT5Model.from_dictionary(d, attention_backend="auto", compile=True,
+                                       compile_backend="ast_t5_test_counting", **kwargs).train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).train()
+    reference.load_state_dict(model.state_dict())
+
+    def batch(rows, src_len, tgt_len):
+        g = torch.Generator().manual_seed(src_len * 1000 + tgt_len)
+        src = torch.randint(4, len(d), (rows, src_len), generator=g)
+        src[1, -(src_len // 3):] = d.pad()
+        return src, torch.randint(4, len(d), (rows, tgt_len), generator=g)
+
+    # (batch, source, target) as a pre-training run mixes them: short and long sources, targets on
+    # both sides of 128, and the batch size varying with the length (max_tokens)
+    shapes = [(32, 60, 20), (16, 256, 90), (16, 300, 128), (8, 450, 170), (32, 128, 45), (8, 512, 190),
+              (16, 200, 50), (32, 100, 33), (8, 500, 150), (16, 180, 60)]
+    for _ in range(2):
+        for rows, src_len, tgt_len in shapes:
+            src, prev = batch(rows, src_len, tgt_len)
+            model(src, None, prev)[0].float().logsumexp(-1).mean().backward()
+        if _ == 0:
+            first_pass = len(_GRAPHS)
+    # one static graph, then one per class: source <= 128 or longer x target <= 128 or longer (no
+    # target here outgrows a source of 128 or less). With flex at 128 queries (one block) there was
+    # a class more per stack, and the no-gradient forwards added their own graphs.
+    assert 2 <= first_pass <= 4, _GRAPHS
+    assert len(_GRAPHS) == first_pass  # the second pass over the same lengths compiled nothing
+    assert max(_GRAPHS) == 4  # flex ran in the graphs of long batches (2 encoder + 2 decoder layers)
+    assert torch._dynamo.config.recompile_limit >= MIN_RECOMPILE_LIMIT
+
+    model.eval()
+    with torch.no_grad():  # validation: eager, no new graph (short lengths: no CPU flex compile)
+        src, prev = batch(8, 64, 30)
+        model(src, None, prev)
+    assert len(_GRAPHS) == first_pass
+
+    model.train()
+    src, prev = batch(8, 320, 140)  # source and target on flex, in a graph compiled above
+    model.zero_grad()
+    loss = model(src, None, prev)[0].float().logsumexp(-1).mean()
+    loss.backward()
+    expected = reference(src, None, prev)[0].float().logsumexp(-1).mean()
+    expected.backward()
+    assert len(_GRAPHS) == first_pass
+    assert abs(loss.item() - expected.item()) < 1e-5
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() <= 1e-4 * (p_ref.grad.abs().max() + 1e-6), name
+
+
+class _Traced(Exception):
+    pass
+
+
+def _trace_only_backend(gm, example_inputs):
+    """Records the graph's activation-checkpoint and flex calls, then stops (on the CPU the traced
+    graph cannot run flex inside a checkpoint: torch's math fallback of the flex backward is not
+    deterministic under recomputation; the CUDA test runs it)."""
+    _GRAPHS.append([str(n.target) for n in gm.graph.nodes
+                    if "checkpoint" in str(n.target) or "flex_attention" in str(n.target)])
+    raise _Traced()
+
+
+@pytest.mark.parametrize("arch", ["t5_v11_tiny", "ast_t5_paper_tiny"])
+def test_checkpointed_training_forward_with_the_gpu_dispatch_traces_as_one_graph(gpu_dispatch_on_cpu, arch):
+    """model.checkpoint_activations with model.compile on a GPU: the layers' flex calls run inside
+    activation checkpoints. create_block_mask, called inside a checkpointed layer, enters a
+    torch-function mode, a side effect the checkpoint cannot trace: dynamo gave up on the whole
+    encoder and decoder loops, which then ran eagerly. The stacks now build block masks outside
+    the layers (shared bias: `FoldedBias`; per-layer tables: `stack_block_mask`), so the whole
+    training forward is one graph (fullgraph=True raises at any graph break)."""
+    from fairseq.data import Dictionary
+    from torch._dynamo.exc import BackendCompilerFailed
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, arch=arch, attention_backend="auto", dropout=0.0, attention_dropout=0.0,
+                                       checkpoint_activations=True).train()
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, len(d), (8, 320), generator=g)
+    src[1, -100:] = d.pad()
+    prev = torch.randint(4, len(d), (8, 192), generator=g)
+    compiled = torch.compile(model._eager_forward, backend=_trace_only_backend, fullgraph=True)
+    with pytest.raises(BackendCompilerFailed) as raised:
+        compiled(src, None, prev)
+    assert isinstance(raised.value.inner_exception, _Traced), raised.value  # traced to the end: no graph break
+    (calls,) = _GRAPHS
+    layers = len(model.encoder.layers) + len(model.decoder.layers)
+    assert sum("checkpoint" in c for c in calls) == layers, calls  # every layer checkpointed in the graph
+    assert gpu_dispatch_on_cpu.auto_choice(src.device, torch.float32, 0.0, True, 320)[0] == "flex"
+
+
+def test_recompile_limit_is_raised_but_never_lowered(monkeypatch):
+    import torch._dynamo.config as dynamo_config
+
+    from ast_t5.models.ast_t5_model import ensure_recompile_limit
+
+    monkeypatch.setattr(dynamo_config, "recompile_limit", 8)
+    ensure_recompile_limit(16)
+    assert dynamo_config.recompile_limit == 16
+    monkeypatch.setattr(dynamo_config, "recompile_limit", 64)
+    ensure_recompile_limit(16)
+    assert dynamo_config.recompile_limit == 64
 
 
 def _criterion_and_sample(task_dir, **kwargs):
