@@ -70,7 +70,19 @@ def test_resume_after_sigkill_reproduces_the_uninterrupted_run(pretrain_data, tm
     proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     marker = tmp_path / "run" / "checkpoint_1_12.pt"
     deadline = time.time() + 300
-    while time.time() < deadline and not marker.exists() and proc.poll() is None:
+
+    def saved_and_moved_on():
+        """The update-12 checkpoint exists and training went on past it: fairseq writes
+        checkpoint_1_12.pt first and checkpoint_last.pt after it, so a kill between the two would
+        resume from update 6 (a race a loaded machine can hit)."""
+        if not marker.exists():
+            return False
+        try:
+            return any(r["update"] >= 14 for r in read_audit(tmp_path / "run_audit", 0))
+        except (OSError, ValueError):  # not written yet, or a line being written
+            return False
+
+    while time.time() < deadline and not saved_and_moved_on() and proc.poll() is None:
         time.sleep(0.05)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
