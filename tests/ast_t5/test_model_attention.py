@@ -566,12 +566,16 @@ def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without
 
 
 @requires_cuda
-@pytest.mark.parametrize("checkpointing", [False, True])
-def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels(checkpointing):
+def test_flex_inside_a_compiled_model_on_gpu_matches_eager_and_runs_flex_kernels():
     """trainspeed's model.compile path: the whole model under torch.compile with the flex backend
     (dropout 0, so biased calls stay on flex), loss and gradients as in eager, flex kernels ran,
-    and a second step with the same shapes compiles nothing new. With activation checkpointing the
-    forward is still one graph (block masks built outside the checkpointed layers)."""
+    and a second step with the same shapes compiles nothing new."""
+    check_flex_in_a_compiled_model_on_gpu(checkpointing=False)
+
+
+def check_flex_in_a_compiled_model_on_gpu(checkpointing: bool):
+    """The test above; with activation checkpointing (`test_train_speed.py`, in the other group of
+    gpu_check.sh) the forward must also be one graph: block masks built outside the layers."""
     from fairseq.data import Dictionary
     from torch._dynamo.utils import counters
 

@@ -262,6 +262,15 @@ def test_checkpointed_training_forward_with_the_gpu_dispatch_traces_as_one_graph
     assert gpu_dispatch_on_cpu.auto_choice(src.device, torch.float32, 0.0, True, 320)[0] == "flex"
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (flex backward, inductor's flex kernels)")
+def test_checkpointed_compiled_model_with_flex_on_gpu_is_one_graph_and_matches_eager():
+    """The GPU half of the test above: inductor's flex kernels inside activation checkpoints."""
+    from .test_model_attention import check_flex_in_a_compiled_model_on_gpu
+
+    check_flex_in_a_compiled_model_on_gpu(checkpointing=True)
+
+
 def test_recompile_limit_is_raised_but_never_lowered(monkeypatch):
     import torch._dynamo.config as dynamo_config
 
