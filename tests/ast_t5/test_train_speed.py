@@ -142,13 +142,18 @@ def gpu_dispatch_on_cpu(monkeypatch):
     table_choice = ab.auto_choice
     monkeypatch.setattr(ab, "auto_choice", lambda device, dtype, dropout_p, has_bias, q_len: table_choice(
         torch.device("cuda"), torch.bfloat16, dropout_p, has_bias, q_len))
-    monkeypatch.setattr(dynamo_config, "recompile_limit", dynamo_config.recompile_limit)  # restored after
     if "ast_t5_test_counting" not in torch._dynamo.list_backends(exclude_tags=()):
         register_backend(_counting_backend, name="ast_t5_test_counting")
     _GRAPHS.clear()
     torch._dynamo.reset()
-    yield ab
-    torch._dynamo.reset()
+    # the model raises this; restored by hand (pytest's monkeypatch deletes, on undo, a module
+    # attribute served by __getattr__, which hides it in torch's config module)
+    recompile_limit = dynamo_config.recompile_limit
+    try:
+        yield ab
+    finally:
+        dynamo_config.recompile_limit = recompile_limit
+        torch._dynamo.reset()
 
 
 def test_compiled_training_with_the_gpu_dispatch_keeps_few_graphs_and_eager_gradients(gpu_dispatch_on_cpu):
@@ -271,17 +276,21 @@ def test_checkpointed_compiled_model_with_flex_on_gpu_is_one_graph_and_matches_e
     check_flex_in_a_compiled_model_on_gpu(checkpointing=True)
 
 
-def test_recompile_limit_is_raised_but_never_lowered(monkeypatch):
+def test_recompile_limit_is_raised_but_never_lowered():
     import torch._dynamo.config as dynamo_config
 
     from ast_t5.models.ast_t5_model import ensure_recompile_limit
 
-    monkeypatch.setattr(dynamo_config, "recompile_limit", 8)
-    ensure_recompile_limit(16)
-    assert dynamo_config.recompile_limit == 16
-    monkeypatch.setattr(dynamo_config, "recompile_limit", 64)
-    ensure_recompile_limit(16)
-    assert dynamo_config.recompile_limit == 64
+    saved = dynamo_config.recompile_limit
+    try:
+        dynamo_config.recompile_limit = 8
+        ensure_recompile_limit(16)
+        assert dynamo_config.recompile_limit == 16
+        dynamo_config.recompile_limit = 64
+        ensure_recompile_limit(16)
+        assert dynamo_config.recompile_limit == 64
+    finally:
+        dynamo_config.recompile_limit = saved
 
 
 def _criterion_and_sample(task_dir, **kwargs):
