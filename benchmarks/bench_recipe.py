@@ -146,6 +146,15 @@ def compile_totals(text: str):
     return len(found), (float(found[-1][1]) if found else 0.0)
 
 
+# torch's warning when a function has as many graphs as torch._dynamo.config.recompile_limit
+# (older torch: cache_size_limit): from then on, inputs no graph fits run eagerly
+RECOMPILE_LIMIT_LINE = re.compile(r"hit config\.(?:recompile_limit|cache_size_limit)")
+
+
+def recompile_limit_hits(text: str) -> int:
+    return len(RECOMPILE_LIMIT_LINE.findall(text))
+
+
 def count_ooms(text: str) -> int:
     return sum(text.count(marker) for marker in OOM_MARKERS)
 
@@ -193,7 +202,9 @@ def format_summary(args, summary: Dict, seconds: float) -> str:
              f"steady state = median of {summary['steady_records']} records of {args.log_interval} updates "
              f"(after the first; without the {summary['records_with_compiles']} that compiled a graph "
              f"unless all did)",
-             f"torch.compile: {summary.get('compiled_graphs', 0)} graphs, {summary.get('compile_seconds', 0.0):.0f} s",
+             f"torch.compile: {summary.get('compiled_graphs', 0)} graphs, {summary.get('compile_seconds', 0.0):.0f} s"
+             + (f"; torch's recompile limit hit {summary['recompile_limit_hits']} times (later shapes ran eagerly)"
+                if summary.get("recompile_limit_hits") else ""),
              f"updates/s {fmt(summary['ups'], '.3f')}   source tokens/s {fmt(summary['src_wps'], ',.0f')}   "
              f"target tokens/s {fmt(summary['wps'], ',.0f')}   "
              f"samples/update {fmt(summary['bsz'], ',.0f')}",
@@ -243,6 +254,7 @@ def main(argv=None) -> int:
     records = parse_records(output)
     summary = summarize(records, count_ooms(output), gpu_total_gib() if args.device == "cuda" else None)
     summary["compiled_graphs"], summary["compile_seconds"] = compile_totals(output)
+    summary["recompile_limit_hits"] = recompile_limit_hits(output)
     summary.update(exit=returncode, seconds=seconds, config=args.config, run_config=args.run_config,
                    updates=args.updates, log_interval=args.log_interval, overrides=args.override)
     print(format_summary(args, summary, seconds))

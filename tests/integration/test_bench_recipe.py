@@ -28,6 +28,7 @@ def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, p
     assert "config-name tiny" in " ".join(payload["command"]) and "checkpoint.no_save=true" in payload["command"]
     assert "[train_inner]" in log.read_text()
     assert "OOM recoveries 0" in capsys.readouterr().out
+    assert summary["recompile_limit_hits"] == 0
 
 
 def test_records_and_oom_recoveries_are_read_from_the_output(bench):
@@ -42,6 +43,7 @@ def test_records_and_oom_recoveries_are_read_from_the_output(bench):
         '2026-11-23 10:00:03 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.8", "ups": "1.0", "mfu": "11.0", "num_updates": "60"}',
         '2026-11-23 10:00:04 | INFO | train_inner | [train_inner] {"epoch": 1, "loss": "8.7", "ups": "4.5", "mfu": "43.0", "num_updates": "80"}',
         "| INFO | [train] {not json",
+        "W1123 10:00:05 convert_frame.py:1994] [1/8] torch._dynamo hit config.recompile_limit (8)",
     ])
     records = bench.parse_records(text)
     assert [r["ups"] for r in records] == [2.5, 3.5, 1.0, 4.5] and records[0]["epoch"] == 1.0
@@ -52,6 +54,7 @@ def test_records_and_oom_recoveries_are_read_from_the_output(bench):
     assert summary["oom_recoveries"] == 1 and summary["ups"] == 4.0 and summary["mfu"] == pytest.approx(42.1)
     assert summary["last_update"] == 80 and summary["peak_gib"] is None
     assert bench.compile_totals(text) == (2, 61.5)
+    assert bench.recompile_limit_hits(text) == 1 and bench.recompile_limit_hits(text.replace("hit config", "")) == 0
 
 
 def test_usage_errors(bench):
