@@ -102,8 +102,14 @@ def parse_args(argv=None):
         args.triton_blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.triton_blocks]
     except ValueError:
         p.error("--triton-blocks: each value is BM,BN,BB,WARPS[,STAGES] (integers)")
-    if any(len(b) not in (4, 5) or min(b) < 1 or b[2] < 16 for b in args.triton_blocks):
-        p.error("--triton-blocks: four or five positive integers each, the backward block >= 16")
+    if args.triton_blocks:
+        from ast_t5.modules.triton_rpe_attention import resolve_blocks
+
+        try:
+            for blocks in args.triton_blocks:
+                resolve_blocks(blocks)
+        except ValueError as e:
+            p.error(f"--triton-blocks: {e}")
     args.backends = list(args.backends) + ["triton:" + "x".join(map(str, b)) for b in args.triton_blocks]
     if min(args.lengths) < 2 or args.batch < 1 or args.heads < 1 or args.head_dim < 1 or args.repeats < 1:
         p.error("lengths must be >= 2 and batch, heads, head-dim, repeats >= 1")

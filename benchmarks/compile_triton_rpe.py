@@ -1,8 +1,20 @@
 """Compile the ``triton`` attention backend's kernels for NVIDIA GPUs without a GPU, and report
-each kernel's registers, spill stack and shared memory (Triton ships ptxas and cuobjdump).
+for each kernel what decides its speed there: registers, spill stack, shared memory, which
+matrix-multiply instructions it uses (``wgmma``: Hopper's warpgroup MMA; ``mma``: the Ampere
+instruction, about half of Hopper's rate) and whether its loop's loads are software-pipelined
+(``cp.async`` or TMA copies into shared memory). Triton ships ptxas and cuobjdump.
 
     python benchmarks/compile_triton_rpe.py                      # sm80 + sm90, D 32/64/128, every variant
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
+    python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --length 1000 --blocks 128,64,64,8,3
+
+The kernels are specialized as Triton's JIT specializes them at launch (`jit_attributes`): every
+pointer and every integer argument divisible by 16 at the modelled call is marked so, which is
+what lets the compiler vectorize and pipeline the loads. The call modelled is the attention of
+contiguous (B, H, L, D) tensors with L = --length queries and keys (default 1024; a length that
+is not a multiple of 16, such as 1000, compiles the other variant the JIT makes). Compiling
+without those attributes gives a different kernel (scalar loads, no pipelining, other register
+counts) from the one that runs.
 
 It catches what Triton's CPU interpreter cannot (type or layout errors found only by the
 compiler) and checks that `default_blocks` spills no registers (STACK 0). Speed needs a GPU:
@@ -24,6 +36,9 @@ VARIANTS = {  # name -> (key padding, causal, dropout)
     "dropout": (False, False, True), "padded-dropout": (True, False, True), "causal-dropout": (False, True, True),
 }
 MAX_DISTANCE = 128  # T5 v1.1; the paper's 256 changes only the table accumulator's size
+# the most shared memory one block may use (bytes, opt-in; CUDA programming guide, compute
+# capabilities table): a kernel needing more fails at launch with "out of resources"
+SHARED_LIMIT = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
 
 
 def parse_args(argv=None):
@@ -32,6 +47,9 @@ def parse_args(argv=None):
     p.add_argument("--head-dims", type=int, nargs="+", default=[32, 64, 128])
     p.add_argument("--variants", nargs="+", choices=sorted(VARIANTS), default=sorted(VARIANTS))
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
+    p.add_argument("--length", type=int, default=1024,
+                   help="queries = keys of the modelled call; decides which integers the JIT marks divisible by 16")
+    p.add_argument("--heads", type=int, default=12, help="heads of the modelled call")
     p.add_argument("--blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
     args = p.parse_args(argv)
@@ -66,14 +84,55 @@ def _signature(fn, dtype, consts):
     return sig
 
 
-def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages):
+def call_integers(head_dim: int, length: int, heads: int) -> dict:
+    """The integer arguments of a call on contiguous (B, H, L, D) q, k, v (and outputs): strides
+    named s<tensor>_<b|h|t> (q, k, v, o, d: dO, g: the gradient written), H, T, S, D."""
+    ints = dict(H=heads, T=length, S=length, D=head_dim)
+    for tensor in "qkvodg":
+        ints.update({f"s{tensor}_b": heads * length * head_dim, f"s{tensor}_h": length * head_dim,
+                     f"s{tensor}_t": head_dim})
+    return ints
+
+
+def jit_attributes(fn, signature, ints) -> dict:
+    """Triton's launch-time specialization: ``tt.divisibility`` 16 on every pointer (PyTorch's
+    allocations, and the views the model passes, are 16-byte aligned) and on every integer
+    argument whose value in ``ints`` is a multiple of 16 (integers not given count as not)."""
+    attrs = {}
+    for i, name in enumerate(fn.arg_names):
+        kind = signature[name]
+        if kind.startswith("*") or (kind == "i32" and name in ints and ints[name] % 16 == 0):
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return attrs
+
+
+def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages, ints=None):
+    """Compile ``fn`` for sm ``arch``, specialized as the JIT would for a call with ``ints``
+    (`call_integers`; None: no specialization at all)."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    signature = _signature(fn, dtype, consts)
     constexprs = {(fn.arg_names.index(name),): value for name, value in consts.items()}
-    src = ASTSource(fn, _signature(fn, dtype, consts), constexprs=constexprs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=dict(num_warps=num_warps, num_stages=num_stages))
+    attrs = jit_attributes(fn, signature, ints) if ints is not None else None
+    src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
+                          options=dict(num_warps=num_warps, num_stages=num_stages))
+
+
+def instructions(kernel) -> dict:
+    """What the kernel's PTX uses: its matrix-multiply instruction and whether any load is an
+    asynchronous copy into shared memory (the mark of a software-pipelined loop)."""
+    ptx = kernel.asm["ptx"]
+    if re.search(r"\bwgmma\.mma_async", ptx):
+        mma = "wgmma"
+    elif re.search(r"\bmma\.sync", ptx):
+        mma = "mma"
+    else:
+        mma = "none"
+    pipelined = bool(re.search(r"\bcp\.async\.", ptx))  # cp.async.* (Ampere) and cp.async.bulk.* (TMA)
+    return dict(mma=mma, pipelined=pipelined)
 
 
 def resources(kernel) -> dict:
@@ -100,32 +159,43 @@ def main(argv=None) -> int:
     if tra.triton is None:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
-    spills = 0
+    spills = unpipelined = ampere_mma_on_hopper = too_much_shared = 0
+    print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
+          f"(B, {args.heads}, {args.length}, D) tensors")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
-          f"{'regs':>4} {'stack':>5} {'smem':>6} {'s':>5}")
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
         try:
             block_m, block_n, block_bwd, warps, stages = tra.resolve_blocks(
-                blocks or tra.default_blocks(head_dim, torch.device("cuda"), dropout))
+                blocks or tra.default_blocks(head_dim, torch.device("cuda"), capability=arch))
         except ValueError as e:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
             return 2
+        ints = call_integers(head_dim, args.length, args.heads)
         common = dict(M=MAX_DISTANCE, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}"),
-                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1),
-                                                      TABLE_GRAD=True, BLOCK=block_bwd), f"{block_bwd}x{block_bwd}"),
-                   ("dq", tra._bwd_dq_kernel, dict(common, BLOCK_M=block_bwd, BLOCK_N=block_bwd),
-                    f"{block_bwd}x{block_bwd}"))
+                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK=block_bwd), f"{block_bwd}x{block_bwd}"),
+                   ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1), TABLE_GRAD=True,
+                                                  BLOCK_M=block_bwd, BLOCK_N=block_bwd), f"{block_bwd}x{block_bwd}"))
         for name, fn, consts, tiles in kernels:
             t0 = time.time()
-            info = resources(compile_kernel(fn, args.dtype, consts, arch, warps, stages))
+            kernel = compile_kernel(fn, args.dtype, consts, arch, warps, stages, ints)
+            info = dict(resources(kernel), **instructions(kernel))
             spills += bool(info["stack"])
-            print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {tiles + '/' + str(warps) + 'w' + str(stages) + 's':<14} "
-                  f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {time.time() - t0:>5.1f}", flush=True)
+            too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
+            unpipelined += not info["pipelined"]
+            ampere_mma_on_hopper += arch >= 90 and info["mma"] != "wgmma" and args.dtype != "fp32"
+            config = f"{tiles}/{warps}w{stages}s"
+            print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {config:<14} "
+                  f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {info['mma']:<5} "
+                  f"{'yes' if info['pipelined'] else 'no':<4} {time.time() - t0:>5.1f}", flush=True)
     print(f"{spills} kernel(s) with a spill stack")
+    print(f"{unpipelined} kernel(s) without pipelined loads")
+    print(f"{ampere_mma_on_hopper} sm90 kernel(s) without wgmma")
+    print(f"{too_much_shared} kernel(s) needing more shared memory than their GPU has")
     return 0
 
 

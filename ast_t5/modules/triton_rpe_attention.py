@@ -19,11 +19,19 @@ gets a zero output and zero gradients (FlashAttention's convention; the dense ba
 bias-weighted average of all values there; neither means anything, and T5's inputs have such
 rows only for a sequence that is padding throughout).
 
-Dropout: Philox (``tl.rand``) keyed by one int64 seed drawn per call from PyTorch's generator of
-q's device (``torch.randint`` on that device, no host sync), so ``torch.manual_seed`` reproduces
-it; the counter of element (b, h, i, j) is its linear index ((b H + h) T + i) S + j, so the
-backward regenerates the same keep mask (keep where u >= p, kept values scaled by 1 / (1 - p)).
-`dropout_keep_mask` materialises that mask (tests, the eager reference).
+Dropout: Philox 4x32-10 (``tl.randint4x``) keyed by one int64 seed drawn per call from PyTorch's
+generator of q's device (``torch.randint`` on that device, no host sync), so ``torch.manual_seed``
+reproduces it, and the backward regenerates the forward's keep mask. One Philox call gives four
+32-bit words, which serve 8 elements at 16 bits each. Writing query i = 16 i16 + 8 a + r and key
+j = 16 j16 + 8 c + 2 q + e (r < 8, q < 4, a, c, e < 2), the call with counter
+((((b H + h) ceil(T / 16) + i16) ceil(S / 16) + j16) 8 + r) 4 + q gives element (i, j) the high
+(e = 0) or low (e = 1) half of its word 2 a + c: the 8 elements one thread holds in the
+tensor-core accumulator layouts of sm80 and sm90, so each call is computed once. An element is
+kept where its 16 bits, read as an integer, are >= 65536 p: the rate applied is p rounded to a
+multiple of 2^-16 (`effective_dropout_p`; 0.1 -> 0.100006), and kept values are scaled by
+1 / (1 - that rate). Philox costs about a hundred integer instructions per call, and the mask is
+drawn three times (forward, dK/dV, dQ): one call per element would cost several times the
+tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the eager reference).
 
 Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
 - dK/dV: one program per (key block, batch x head) looping over query blocks; it recomputes
@@ -32,7 +40,9 @@ Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
 - dQ: one program per (query block, batch x head) looping over key blocks, dQ += dS K.
 
 The table gradient d per_distance[h, t] = sum over b and over pairs (i, j) with
-clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dK/dV kernel, never per element:
+clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dQ kernel, never per element (in
+the dQ kernel, not the dK/dV one, because that one holds two accumulators: there, at 64 x 64
+tiles on sm90, the reduction pushed it past 255 registers into spills; `benchmarks/compile_triton_rpe.py`):
 - a tile whose distances all lie <= -M (or >= +M) adds its whole dS sum to one fp32 scalar of the
   program (one tile reduction);
 - a tile that crosses the band (-M, M) (requires square tiles) is skewed with one ``tl.gather``
@@ -40,7 +50,7 @@ clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dK/dV kernel, neve
   diagonal sums; those are added into the program's fp32 accumulator of the 2 M + 1 distances
   by two 1-D gathers (cost per such tile: one BLOCK x BLOCK gather and two masked reductions,
   plus O(2 M) for the accumulator; tiles beyond the band pay nothing);
-- each program writes its accumulator once to a (B H, key blocks, 2 M + 1) fp32 partial buffer
+- each program writes its accumulator once to a (B H, query blocks, 2 M + 1) fp32 partial buffer
   (bytes: 4 (2 M + 1) per program, under 1 MB at B16 H12 T1024), which PyTorch sums.
 
 Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
@@ -49,11 +59,10 @@ head size up to 256 (padded to a power of two, at least 16), any T and S (T != S
 requires T == S), fewer than 2^31 elements per tensor (int32 offsets), per_distance (H, 2 M + 1)
 in any float dtype (read and accumulated in fp32; its gradient is returned in its dtype).
 
-Tiles (`default_blocks`): the largest for which ptxas reports no register spills on sm80/sm90
-(`benchmarks/compile_triton_rpe.py` compiles the kernels without a GPU), but for a few variants
-that keep a spill of 8-24 bytes rather than halve their tiles (dK/dV at D 64 without dropout on
-sm80 and causal on sm90; two forward variants on sm80). Not tuned for speed: that needs the GPU
-benchmark (its --triton-blocks option).
+Tiles (`default_blocks`): per GPU generation, the largest that spill no registers, fit the shared
+memory and, on sm90, run on Hopper's wgmma (`benchmarks/compile_triton_rpe.py` compiles the
+kernels without a GPU, specialized as Triton's JIT specializes them, and reports all three). Not
+tuned for speed: that needs the GPU benchmark (its --triton-blocks option).
 
 Masks cost only where needed: without key padding, a tile is masked only if it holds keys past
 S or (causal) crosses the diagonal; interior tiles skip the mask.
@@ -151,10 +160,60 @@ if triton is not None:
         return edge
 
     @triton.jit
-    def _keep(seed, bh, offs_m, offs_n, T, S, dropout_p):
-        """Dropout keep mask of a tile (Philox counter = linear index of (b, h, i, j))."""
-        lin = (bh.to(tl.int64) * T + offs_m[:, None].to(tl.int64)) * S + offs_n[None, :].to(tl.int64)
-        return tl.rand(seed, lin) >= dropout_p
+    def _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+        """Dropout keep mask of the tile of queries start_m .. start_m + BLOCK_M - 1 and keys
+        start_n .. start_n + BLOCK_N - 1 (starts multiples of 16, blocks >= 16): 16 random bits
+        per element, 8 elements per Philox call (module docstring); keep where the bits >= 65536 p
+        (p a multiple of 2^-16, `effective_dropout_p`).
+
+        The tile is built as (i16, a, r8, j16, c, q, e) with query i = 16 i16 + 8 a + r8 and key
+        j = 16 j16 + 8 c + 2 q + e: Philox runs on the (i16, r8, j16, q) grid, and its word 2 a + c
+        gives keys 2 q, 2 q + 1 their high and low halves. Those 8 elements are the ones a thread
+        holds in the tensor-core accumulator layouts of sm80 and sm90, so each call is computed once.
+        """
+        i16 = (start_m // 16 + tl.arange(0, BLOCK_M // 16)).to(tl.int64)[:, None, None, None, None, None, None]
+        r8 = tl.arange(0, 8)[None, None, :, None, None, None, None]
+        j16 = (start_n // 16 + tl.arange(0, BLOCK_N // 16))[None, None, None, :, None, None, None]
+        q4 = tl.arange(0, 4)[None, None, None, None, None, :, None]
+        counter = (((bh.to(tl.int64) * ((T + 15) // 16) + i16) * ((S + 15) // 16) + j16) * 8 + r8) * 4 + q4
+        r0, r1, r2, r3 = tl.randint4x(seed, counter)
+        a = tl.arange(0, 2)[None, :, None, None, None, None, None]
+        c = tl.arange(0, 2)[None, None, None, None, :, None, None]
+        e = tl.arange(0, 2)[None, None, None, None, None, None, :]
+        word = tl.where(a == 0, tl.where(c == 0, r0, r1), tl.where(c == 0, r2, r3))
+        bits = tl.where(e == 0, word >> 16, word & 0xFFFF)
+        bits = tl.reshape(bits, (BLOCK_M, BLOCK_N)).to(tl.float32)  # exact: below 2^16
+        return bits >= dropout_p * 65536.0  # an integer too
+
+    @triton.jit
+    def _table_grad_tile(ds, base, tab, far_lo, far_hi, t_idx, BLOCK: tl.constexpr, M: tl.constexpr):
+        """Add the (BLOCK, BLOCK) tile ``ds`` (query rows, key columns; its (0, 0) element at
+        distance ``base``) to the per-distance sums: ``far_lo`` (<= -M), ``far_hi`` (>= M), and
+        ``tab`` (entry d + M for -M < d < M)."""
+        if base + BLOCK - 1 <= -M:
+            far_lo += tl.sum(tl.sum(ds, 1), 0)
+        elif base - (BLOCK - 1) >= M:
+            far_hi += tl.sum(tl.sum(ds, 1), 0)
+        else:
+            rows = tl.arange(0, BLOCK)[:, None]
+            cols = tl.arange(0, BLOCK)[None, :]
+            wraps = rows + cols >= BLOCK
+            rot = tl.gather(ds, (rows + cols) % BLOCK, 1)  # rot[i, c] = ds[i, (i + c) % BLOCK]
+            diag_pos = tl.sum(tl.where(wraps, 0.0, rot), 0)  # diagonal j - i = c
+            diag_neg = tl.sum(tl.where(wraps, rot, 0.0), 0)  # diagonal j - i = c - BLOCK
+            d_pos = base + tl.arange(0, BLOCK)
+            d_neg = d_pos - BLOCK
+            far_lo += tl.sum(tl.where(d_pos <= -M, diag_pos, 0.0), 0) + \
+                tl.sum(tl.where(d_neg <= -M, diag_neg, 0.0), 0)
+            far_hi += tl.sum(tl.where(d_pos >= M, diag_pos, 0.0), 0) + \
+                tl.sum(tl.where(d_neg >= M, diag_neg, 0.0), 0)
+            r = t_idx - M - base  # tile diagonal of table entry t
+            exact = (t_idx > 0) & (t_idx < 2 * M)
+            from_pos = tl.gather(diag_pos, tl.minimum(tl.maximum(r, 0), BLOCK - 1), 0)
+            from_neg = tl.gather(diag_neg, tl.minimum(tl.maximum(r + BLOCK, 0), BLOCK - 1), 0)
+            tab += tl.where(exact & (r >= 0) & (r < BLOCK), from_pos, 0.0)
+            tab += tl.where(exact & (r < 0) & (r >= -BLOCK), from_neg, 0.0)
+        return tab, far_lo, far_hi
 
     @triton.jit
     def _fwd_kernel(Q, K, V, PD, KPM, SEED, O, LSE,
@@ -200,7 +259,7 @@ if triton is not None:
             alpha = tl.exp(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, 1)
             if DROPOUT:
-                keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)
+                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
                 p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
             acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION)
@@ -213,12 +272,11 @@ if triton is not None:
         tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
     @triton.jit
-    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DK, DV, DTAB,
+    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DK, DV,
                          sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                          sg_b, sg_h, sg_t,
                          H, T, S, D, scale, dropout_p,
-                         M: tl.constexpr, TAB: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
-                         DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
+                         M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
         pid_n = tl.program_id(0)
         bh = tl.program_id(1)
@@ -238,14 +296,6 @@ if triton is not None:
             seed = tl.load(SEED)
         dk = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
         dv = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
-        tab = tl.zeros((TAB,), dtype=tl.float32)  # exact distances -M < d < M (entry d + M)
-        far_lo = tl.sum(tl.zeros((BLOCK,), dtype=tl.float32), 0)  # distances <= -M
-        far_hi = tl.sum(tl.zeros((BLOCK,), dtype=tl.float32), 0)  # distances >= +M
-        t_idx = tl.arange(0, TAB)
-        rows = tl.arange(0, BLOCK)[:, None]
-        cols = tl.arange(0, BLOCK)[None, :]
-        wraps = rows + cols >= BLOCK
-        skew = (rows + cols) % BLOCK
         lo = 0
         if CAUSAL:
             lo = start_n  # queries before the block's first key see none of it
@@ -263,53 +313,27 @@ if triton is not None:
                 p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             elif _edge_tile(start_m, start_n, S, BLOCK, BLOCK, CAUSAL):
                 p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
-            dp = _dot(do, tl.trans(v), PRECISION)
-            if DROPOUT:
-                keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)
-                p_drop = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-                dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
+            if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
+                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK, BLOCK)
+                p_kept = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+                dv += _dot(tl.trans(p_kept.to(do.dtype)), do, PRECISION)
+                ds = p_kept * _dot(do, tl.trans(v), PRECISION) - p * delta[:, None]
             else:
-                p_drop = p
-            dv += _dot(tl.trans(p_drop.to(do.dtype)), do, PRECISION)
-            ds = p * (dp - delta[:, None])
+                dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
+                ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
             dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
-            if TABLE_GRAD:
-                base = start_n - start_m  # distance of the tile's (0, 0) element
-                if base + BLOCK - 1 <= -M:
-                    far_lo += tl.sum(tl.sum(ds, 1), 0)
-                elif base - (BLOCK - 1) >= M:
-                    far_hi += tl.sum(tl.sum(ds, 1), 0)
-                else:
-                    rot = tl.gather(ds, skew, 1)  # rot[i, c] = ds[i, (i + c) % BLOCK]
-                    diag_pos = tl.sum(tl.where(wraps, 0.0, rot), 0)  # diagonal j - i = c
-                    diag_neg = tl.sum(tl.where(wraps, rot, 0.0), 0)  # diagonal j - i = c - BLOCK
-                    d_pos = base + tl.arange(0, BLOCK)
-                    d_neg = d_pos - BLOCK
-                    far_lo += tl.sum(tl.where(d_pos <= -M, diag_pos, 0.0), 0) + \
-                        tl.sum(tl.where(d_neg <= -M, diag_neg, 0.0), 0)
-                    far_hi += tl.sum(tl.where(d_pos >= M, diag_pos, 0.0), 0) + \
-                        tl.sum(tl.where(d_neg >= M, diag_neg, 0.0), 0)
-                    r = t_idx - M - base  # tile diagonal of table entry t
-                    exact = (t_idx > 0) & (t_idx < 2 * M)
-                    from_pos = tl.gather(diag_pos, tl.minimum(tl.maximum(r, 0), BLOCK - 1), 0)
-                    from_neg = tl.gather(diag_neg, tl.minimum(tl.maximum(r + BLOCK, 0), BLOCK - 1), 0)
-                    tab += tl.where(exact & (r >= 0) & (r < BLOCK), from_pos, 0.0)
-                    tab += tl.where(exact & (r < 0) & (r >= -BLOCK), from_neg, 0.0)
         dk = dk * scale
         out_offs = b * sg_b + h * sg_h + offs_n[:, None] * sg_t + offs_d[None, :]  # dK, dV: same layout
         tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_ok)
         tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
-        if TABLE_GRAD:
-            tab = tl.where(t_idx == 0, far_lo, tab)
-            tab = tl.where(t_idx == 2 * M, far_hi, tab)
-            tl.store(DTAB + (bh * tl.num_programs(0) + pid_n) * (2 * M + 1) + t_idx, tab, mask=t_idx < 2 * M + 1)
 
     @triton.jit
-    def _bwd_dq_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DQ,
+    def _bwd_dq_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DQ, DTAB,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                        sg_b, sg_h, sg_t,
                        H, T, S, D, scale, dropout_p,
-                       M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
+                       M: tl.constexpr, TAB: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
+                       DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        PRECISION: tl.constexpr):
         pid_m = tl.program_id(0)
@@ -331,6 +355,10 @@ if triton is not None:
         if DROPOUT:
             seed = tl.load(SEED)
         dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
+        tab = tl.zeros((TAB,), dtype=tl.float32)  # exact distances -M < d < M (entry d + M)
+        far_lo = tl.sum(tl.zeros((BLOCK_M,), dtype=tl.float32), 0)  # distances <= -M
+        far_hi = tl.sum(tl.zeros((BLOCK_M,), dtype=tl.float32), 0)  # distances >= +M
+        t_idx = tl.arange(0, TAB)
         hi = S
         if CAUSAL:
             hi = tl.minimum(S, start_m + BLOCK_M)
@@ -346,15 +374,22 @@ if triton is not None:
                 p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
                 p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
-            dp = _dot(do, tl.trans(v), PRECISION)
-            if DROPOUT:
-                keep = _keep(seed, bh, offs_m, offs_n, T, S, dropout_p)
-                dp = tl.where(keep, dp / (1.0 - dropout_p), 0.0)
-            ds = p * (dp - delta[:, None])
+            if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
+                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
+                p_kept = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+                ds = p_kept * _dot(do, tl.trans(v), PRECISION) - p * delta[:, None]
+            else:
+                ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
             dq += _dot(ds.to(k.dtype), k, PRECISION)
+            if TABLE_GRAD:  # square tiles
+                tab, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, far_lo, far_hi, t_idx, BLOCK_M, M)
         dq = dq * scale
         tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], dq.to(DQ.dtype.element_ty),
                  mask=q_ok)
+        if TABLE_GRAD:
+            tab = tl.where(t_idx == 0, far_lo, tab)
+            tab = tl.where(t_idx == 2 * M, far_hi, tab)
+            tl.store(DTAB + (bh * tl.num_programs(0) + pid_m) * (2 * M + 1) + t_idx, tab, mask=t_idx < 2 * M + 1)
 
     @triton.jit
     def _keep_mask_kernel(SEED, OUT, T, S, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -363,7 +398,7 @@ if triton is not None:
         bh = tl.program_id(2)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        keep = _keep(tl.load(SEED), bh, offs_m, offs_n, T, S, dropout_p)
+        keep = _keep(tl.load(SEED), bh, pid_m * BLOCK_M, pid_n * BLOCK_N, T, S, dropout_p, BLOCK_M, BLOCK_N)
         lin = (bh.to(tl.int64) * T + offs_m[:, None]) * S + offs_n[None, :]
         tl.store(OUT + lin, keep.to(tl.int8), mask=(offs_m[:, None] < T) & (offs_n[None, :] < S))
 
@@ -414,34 +449,52 @@ BLOCKS_OVERRIDE = None  # (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_
 DEFAULT_STAGES = 3  # software-pipelining stages of every kernel when a tile tuple gives none (Triton's default)
 
 
-def default_blocks(head_dim: int, device: torch.device, dropout: bool = False):
+_CAPABILITIES = {}  # CUDA device index -> major * 10 + minor
+
+
+def _capability(device: torch.device) -> int:
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index not in _CAPABILITIES:
+        major, minor = torch.cuda.get_device_capability(index)
+        _CAPABILITIES[index] = major * 10 + minor
+    return _CAPABILITIES[index]
+
+
+def default_blocks(head_dim: int, device: torch.device, capability: Optional[int] = None):
     """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps, num_stages).
 
-    On CUDA: the largest tiles for which ptxas reports no register spills on sm90 at
-    `DEFAULT_STAGES` (`benchmarks/compile_triton_rpe.py`, which compiles the kernels without a
-    GPU; a few sm80 variants keep a spill of 8-24 bytes); their speed is not measured yet
+    On CUDA (``capability``: major * 10 + minor, default the device's): for every mask and dropout
+    variant at head size <= 128, the largest tiles that spill no registers, fit the GPU's shared
+    memory and, on sm90, use Hopper's wgmma instruction (`benchmarks/compile_triton_rpe.py`,
+    which compiles the kernels as the JIT specializes them, without a GPU; Triton 3.6, the GPU
+    host's). The backward's wgmma needs 64-row tiles: they spill on sm80 at any head size and
+    on sm90 at head size 128, which keep 32 (mma.sync). Their speed is not measured yet
     (`scripts/gpu_check.sh`'s triton_tiles step times them against other candidates). On CPU
     (the interpreter): moderate tiles, few programs.
     """
     if device.type != "cuda":
         return 32, 32, 32, 4, DEFAULT_STAGES
+    if capability is None:
+        capability = _capability(device)
+    hopper = 90 <= capability < 100
     if head_dim <= 64:
-        return 128, 32, 32 if dropout else 64, 8, DEFAULT_STAGES
+        return 128, 64, 64 if hopper else 32, 8, DEFAULT_STAGES
     if head_dim <= 128:
-        return 64, 64 if not dropout else 32, 32, 8, DEFAULT_STAGES
+        return 128, 64 if hopper else 32, 32, 8, DEFAULT_STAGES
     return 32, 32, 16, 8, DEFAULT_STAGES
 
 
 def resolve_blocks(blocks) -> tuple:
-    """A tile tuple of 4 (stages: `DEFAULT_STAGES`) or 5 positive integers, checked."""
+    """A tile tuple of 4 (stages: `DEFAULT_STAGES`) or 5 positive integers, checked: the three
+    blocks are powers of two >= 16 (``tl.dot``, and the dropout mask's 16 x 16 groups)."""
     blocks = tuple(int(b) for b in blocks)
     if len(blocks) == 4:
         blocks += (DEFAULT_STAGES,)
     if len(blocks) != 5 or min(blocks) < 1:
         raise ValueError(f"tiles must be (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages]), "
                          f"positive, got {blocks}")
-    if blocks[2] < 16:
-        raise ValueError("the backward block must be >= 16 (tl.dot)")
+    if any(b < 16 or b & (b - 1) for b in blocks[:3]):
+        raise ValueError(f"the blocks must be powers of two >= 16 (tl.dot, dropout groups), got {blocks[:3]}")
     return blocks
 
 
@@ -504,7 +557,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
         table_grad = ctx.needs_input_grad[3]
-        n_blocks = triton.cdiv(S, block_bwd)
+        n_blocks = triton.cdiv(T, block_bwd)  # programs of the dQ kernel, which reduces the table gradient
         dtab = torch.empty(B * H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
             else torch.zeros(1, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
@@ -513,13 +566,13 @@ class _TritonRPEAttention(torch.autograd.Function):
                       num_stages=stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
-        _bwd_dkdv_kernel[(n_blocks, B * H)](
-            q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, dtab, *strides, *dk.stride()[:3],
+        _bwd_dkdv_kernel[(triton.cdiv(S, block_bwd), B * H)](
+            q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, *strides, *dk.stride()[:3],
+            H, T, S, D, scale, dropout_p, BLOCK=block_bwd, **common)
+        _bwd_dq_kernel[(n_blocks, B * H)](
+            q, k, v, pd, kpm, seed, do, lse, delta, dq, dtab, *strides, *dq.stride()[:3],
             H, T, S, D, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
-            BLOCK=block_bwd, **common)
-        _bwd_dq_kernel[(triton.cdiv(T, block_bwd), B * H)](
-            q, k, v, pd, kpm, seed, do, lse, delta, dq, *strides, *dq.stride()[:3],
-            H, T, S, D, scale, dropout_p, BLOCK_M=block_bwd, BLOCK_N=block_bwd, **common)
+            BLOCK_M=block_bwd, BLOCK_N=block_bwd, **common)
         d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2)).to(table_dtype) if table_grad else None
         return dq, dk, dv, d_table, None, None, None, None, None
 
@@ -548,11 +601,18 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    dropout_p = effective_dropout_p(dropout_p)
     kpm = None
     if key_padding_mask is not None:
         kpm = key_padding_mask.to(device=q.device, dtype=torch.uint8).contiguous()
-    blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device, dropout_p > 0))
+    blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device))
     return _TritonRPEAttention.apply(q, k, v, per_distance, kpm, causal, dropout_p, scale, blocks)
+
+
+def effective_dropout_p(dropout_p: float) -> float:
+    """The dropout rate the kernels apply for ``dropout_p``: the nearest multiple of 2^-16 (they
+    compare 16 random bits per element with 65536 p), below 1."""
+    return min(round(dropout_p * 65536), 65535) / 65536
 
 
 def dropout_keep_mask(seed: torch.Tensor, batch: int, heads: int, q_len: int, k_len: int,
@@ -560,7 +620,7 @@ def dropout_keep_mask(seed: torch.Tensor, batch: int, heads: int, q_len: int, k_
     """The (B, H, T, S) bool keep mask the kernels draw from ``seed`` (tests, eager reference)."""
     out = torch.empty(batch, heads, q_len, k_len, dtype=torch.int8, device=seed.device)
     _keep_mask_kernel[(triton.cdiv(q_len, 32), triton.cdiv(k_len, 32), batch * heads)](
-        seed, out, q_len, k_len, float(dropout_p), BLOCK_M=32, BLOCK_N=32)
+        seed, out, q_len, k_len, effective_dropout_p(dropout_p), BLOCK_M=32, BLOCK_N=32)
     return out.bool()
 
 

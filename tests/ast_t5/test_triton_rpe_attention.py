@@ -101,8 +101,11 @@ def test_the_interpreter_probe_does_not_skip_the_checks_where_triton_can_run_the
 def test_tile_tuples_take_optional_stages_and_are_checked():
     assert tra.resolve_blocks((128, 64, 64, 8)) == (128, 64, 64, 8, tra.DEFAULT_STAGES)
     assert tra.resolve_blocks([64, 32, 32, 4, 3]) == (64, 32, 32, 4, 3)
-    assert len(tra.default_blocks(64, torch.device("cuda"), dropout=True)) == 5
-    for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9)]:
+    assert tra.default_blocks(64, torch.device("cuda"), capability=90) == (128, 64, 64, 8, tra.DEFAULT_STAGES)
+    assert tra.default_blocks(64, torch.device("cuda"), capability=80) == (128, 64, 32, 8, tra.DEFAULT_STAGES)
+    assert tra.default_blocks(128, torch.device("cuda"), capability=90) == (128, 64, 32, 8, tra.DEFAULT_STAGES)
+    for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9), (8, 32, 32, 4),
+                (128, 48, 32, 4)]:
         with pytest.raises(ValueError):
             tra.resolve_blocks(bad)
 
@@ -172,7 +175,7 @@ def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded():
     torch.manual_seed(5)
     keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 2, T, S, p)
     assert abs(keep.float().mean().item() - (1 - p)) < 0.03  # 6068 draws: 5 standard deviations
-    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=p)
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=tra.effective_dropout_p(p))
     errors = max_errors(got, fwd_bwd(ref_fn, leaves, grad.double()))
     assert max(errors) < 2e-5, errors
     with torch.no_grad():
@@ -183,6 +186,45 @@ def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded():
     assert torch.equal(same, got[0]) and not torch.equal(other, same)
     without_dropout = tra.reference_attention(q.double(), k.double(), v.double(), table.double(), kpm)
     assert (plain.double() - without_dropout).abs().max() < 1e-5  # p = 0: no mask drawn at all
+
+
+def _philox4x32_10(c0, c1, key):
+    """Philox 4x32-10 (Salmon et al. 2011) in NumPy, on counters (c0, c1, 0, 0) and a 64-bit key:
+    an independent reference of what ``tl.randint4x`` computes."""
+    import numpy as np
+
+    mask = np.uint64(0xFFFFFFFF)
+    c0, c1 = c0.astype(np.uint64), c1.astype(np.uint64)
+    c2, c3 = np.zeros_like(c0), np.zeros_like(c0)
+    k0, k1 = np.uint64(key & 0xFFFFFFFF), np.uint64(key >> 32)
+    for _ in range(10):
+        p0, p2 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2  # exact in 64 bits
+        c0, c1, c2, c3 = (p2 >> np.uint64(32)) ^ c1 ^ k0, p2 & mask, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & mask
+        k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
+    return c0, c1, c2, c3
+
+
+@cpu_only
+def test_keep_mask_is_philox_in_the_documented_layout():
+    """Bit for bit against NumPy: element (b, h, i, j) takes the high (j even) or low half of word
+    2 ((i // 8) % 2) + (j // 8) % 2 of the call with counter
+    ((((b H + h) ceil(T/16) + i // 16) ceil(S/16) + j // 16) 8 + i % 8) 4 + (j // 2) % 4, and is
+    kept where that half >= 65536 p. Shapes not multiples of 16 or of the 32-wide mask tiles."""
+    import numpy as np
+
+    B, H, T, S, p = 2, 3, 40, 75, 0.3
+    key = 0x1234_5678_9ABC_DEF0 & (2 ** 62 - 1)
+    keep = tra.dropout_keep_mask(torch.tensor([key], dtype=torch.int64), B, H, T, S, p).numpy()
+    bh, i, j = np.meshgrid(np.arange(B * H), np.arange(T), np.arange(S), indexing="ij")
+    counter = ((((bh * -(-T // 16) + i // 16) * -(-S // 16) + j // 16) * 8 + i % 8) * 4 + (j // 2) % 4)
+    words = _philox4x32_10(counter & 0xFFFFFFFF, counter >> 32, key)
+    word = np.choose(2 * ((i // 8) % 2) + (j // 8) % 2, words)
+    half = np.where(j % 2 == 0, word >> np.uint64(16), word & np.uint64(0xFFFF))
+    expected = half >= round(65536 * p)
+    assert keep.shape == (B, H, T, S) and np.array_equal(keep.reshape(B * H, T, S), expected)
+    assert abs(expected.mean() - (1 - p)) < 0.02  # 18,000 draws
+    assert tra.effective_dropout_p(0.1) == 6554 / 65536 and tra.effective_dropout_p(0.0) == 0.0
+    assert tra.effective_dropout_p(1 - 1e-9) == 65535 / 65536  # never 1: the scale 1 / (1 - p) stays finite
 
 
 @cpu_only
@@ -343,10 +385,12 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
-def test_kernels_compile_for_hopper_without_spills():
+def test_kernels_compile_for_hopper_as_the_jit_does_without_spills_on_wgmma_with_pipelined_loads():
     """What the interpreter cannot check: the kernels compile for sm90 (Triton's compiler and
-    bundled ptxas, no GPU needed; in a process without TRITON_INTERPRET) and the default tiles of
-    the most involved variant (padding + dropout, table gradient) spill no registers."""
+    bundled ptxas, no GPU needed; in a process without TRITON_INTERPRET), specialized as the JIT
+    specializes them, and the default tiles of the most involved variant (padding + dropout, and
+    the table gradient) spill no registers, run their matrix products on wgmma and pipeline their
+    loads."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
@@ -355,7 +399,23 @@ def test_kernels_compile_for_hopper_without_spills():
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
     lines = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith("90")]
     assert sorted(line[3] for line in lines) == ["dkdv", "dq", "fwd"], proc.stdout
-    assert "0 kernel(s) with a spill stack" in proc.stdout, proc.stdout
+    assert {line[8] for line in lines} == {"wgmma"} and {line[9] for line in lines} == {"yes"}, proc.stdout
+    for summary in ("0 kernel(s) with a spill stack", "0 kernel(s) without pipelined loads",
+                    "0 sm90 kernel(s) without wgmma", "0 kernel(s) needing more shared memory"):
+        assert summary in proc.stdout, proc.stdout
+
+
+def test_the_compile_check_specializes_arguments_as_triton_jit_does():
+    """Without these attributes the compiler cannot vectorize or pipeline the loads, and reports
+    registers of a kernel that never runs (the check did that until 2026-11-23)."""
+    compile_check = load_benchmark("compile_triton_rpe")
+    ints = compile_check.call_integers(64, 1000, 12)
+    signature = compile_check._signature(tra._fwd_kernel, "bf16", {"BLOCK_M": 128})
+    attrs = compile_check.jit_attributes(tra._fwd_kernel, signature, ints)
+    marked = {tra._fwd_kernel.arg_names[i[0]] for i in attrs}
+    assert {"Q", "K", "V", "O", "LSE", "sq_t", "sk_h", "so_b", "D"} <= marked
+    assert not {"H", "T", "S", "scale", "dropout_p", "BLOCK_M"} & marked  # 12, 1000: not multiples of 16
+    assert all(value == [["tt.divisibility", 16]] for value in attrs.values())
 
 
 # --------------------------------------------------------------------------------------- GPU
@@ -395,7 +455,7 @@ def test_gpu_dropout_matches_the_reference_with_the_kernel_mask():
     torch.manual_seed(3)
     keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 4, T, T, p)
     assert abs(keep.float().mean().item() - (1 - p)) < 0.01
-    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=p)
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=tra.effective_dropout_p(p))
     assert max(max_errors(got, fwd_bwd(ref_fn, leaves, grad.double()))) < 1e-4
 
 
