@@ -6,7 +6,7 @@ instruction, about half of Hopper's rate) and whether its loop's loads are softw
 
     python benchmarks/compile_triton_rpe.py                      # sm80 + sm90, D 32/64/128, every variant
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
-    python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --length 1000 --blocks 128,64,64,8,3
+    python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --length 1000 --blocks 128,64,64,8,3,4
 
 The kernels are specialized as Triton's JIT specializes them at launch (`jit_attributes`): every
 pointer and every integer argument divisible by 16 at the modelled call is marked so, which is
@@ -50,13 +50,13 @@ def parse_args(argv=None):
     p.add_argument("--length", type=int, default=1024,
                    help="queries = keys of the modelled call; decides which integers the JIT marks divisible by 16")
     p.add_argument("--heads", type=int, default=12, help="heads of the modelled call")
-    p.add_argument("--blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES]",
+    p.add_argument("--blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
     args = p.parse_args(argv)
     try:
         args.blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.blocks]
     except ValueError:
-        p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES] (integers)")
+        p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS]] (integers)")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
     return args
@@ -121,9 +121,13 @@ def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages, ints=None):
                           options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
-def instructions(kernel) -> dict:
-    """What the kernel's PTX uses: its matrix-multiply instruction and whether any load is an
-    asynchronous copy into shared memory (the mark of a software-pipelined loop)."""
+def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
+    """What the kernel's PTX uses: its matrix-multiply instruction, whether any load is an
+    asynchronous copy into shared memory (the mark of a software-pipelined loop), and, given the
+    elements of the one tile a backward kernel exponentiates per iteration and its warps, ``dup``:
+    the ``ex2`` instructions per thread over the tile's elements per thread (1: each element's
+    work done once; 2: Triton's layout replicates the tile over two warp groups, so every
+    element-wise operation, and the products in that layout, run twice)."""
     ptx = kernel.asm["ptx"]
     if re.search(r"\bwgmma\.mma_async", ptx):
         mma = "wgmma"
@@ -132,7 +136,10 @@ def instructions(kernel) -> dict:
     else:
         mma = "none"
     pipelined = bool(re.search(r"\bcp\.async\.", ptx))  # cp.async.* (Ampere) and cp.async.bulk.* (TMA)
-    return dict(mma=mma, pipelined=pipelined)
+    dup = None
+    if tile_elements and num_warps:
+        dup = len(re.findall(r"\bex2\.approx", ptx)) / (tile_elements / (32 * num_warps))
+    return dict(mma=mma, pipelined=pipelined, dup=dup)
 
 
 def resources(kernel) -> dict:
@@ -159,16 +166,16 @@ def main(argv=None) -> int:
     if tra.triton is None:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
-    spills = unpipelined = ampere_mma_on_hopper = too_much_shared = 0
+    spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = 0
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
           f"(B, {args.heads}, {args.length}, D) tensors")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
-          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'s':>5}")
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'dup':>4} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
         try:
-            block_m, block_n, block_bwd, warps, stages = tra.resolve_blocks(
+            block_m, block_n, block_bwd, warps, stages, bwd_warps = tra.resolve_blocks(
                 blocks or tra.default_blocks(head_dim, torch.device("cuda"), capability=arch))
         except ValueError as e:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
@@ -176,26 +183,33 @@ def main(argv=None) -> int:
         ints = call_integers(head_dim, args.length, args.heads)
         common = dict(M=MAX_DISTANCE, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
-        kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}"),
-                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK=block_bwd), f"{block_bwd}x{block_bwd}"),
+        bwd_tile = block_bwd * block_bwd
+        kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}",
+                    warps, 0),
+                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK=block_bwd), f"{block_bwd}x{block_bwd}",
+                    bwd_warps, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1), TABLE_GRAD=True,
-                                                  BLOCK_M=block_bwd, BLOCK_N=block_bwd), f"{block_bwd}x{block_bwd}"))
-        for name, fn, consts, tiles in kernels:
+                                                  BLOCK_M=block_bwd, BLOCK_N=block_bwd), f"{block_bwd}x{block_bwd}",
+                    bwd_warps, bwd_tile))
+        for name, fn, consts, tiles, kernel_warps, tile_elements in kernels:
             t0 = time.time()
-            kernel = compile_kernel(fn, args.dtype, consts, arch, warps, stages, ints)
-            info = dict(resources(kernel), **instructions(kernel))
+            kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, stages, ints)
+            info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps))
+            duplicated += (info["dup"] or 0) > 1.01
             spills += bool(info["stack"])
             too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
             unpipelined += not info["pipelined"]
             ampere_mma_on_hopper += arch >= 90 and info["mma"] != "wgmma" and args.dtype != "fp32"
-            config = f"{tiles}/{warps}w{stages}s"
+            config = f"{tiles}/{kernel_warps}w{stages}s"
+            dup = "-" if info["dup"] is None else f"{info['dup']:.1f}"
             print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {config:<14} "
                   f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {info['mma']:<5} "
-                  f"{'yes' if info['pipelined'] else 'no':<4} {time.time() - t0:>5.1f}", flush=True)
+                  f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {time.time() - t0:>5.1f}", flush=True)
     print(f"{spills} kernel(s) with a spill stack")
     print(f"{unpipelined} kernel(s) without pipelined loads")
     print(f"{ampere_mma_on_hopper} sm90 kernel(s) without wgmma")
     print(f"{too_much_shared} kernel(s) needing more shared memory than their GPU has")
+    print(f"{duplicated} backward kernel(s) doing their element-wise work more than once (dup > 1)")
     return 0
 
 

@@ -445,7 +445,7 @@ def _next_pow2(n: int) -> int:
     return 1 << max(0, (n - 1).bit_length())
 
 
-BLOCKS_OVERRIDE = None  # (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages]) for every call: tuning runs
+BLOCKS_OVERRIDE = None  # a tile tuple (`resolve_blocks`) for every call: tuning runs
 DEFAULT_STAGES = 3  # software-pipelining stages of every kernel when a tile tuple gives none (Triton's default)
 
 
@@ -485,14 +485,18 @@ def default_blocks(head_dim: int, device: torch.device, capability: Optional[int
 
 
 def resolve_blocks(blocks) -> tuple:
-    """A tile tuple of 4 (stages: `DEFAULT_STAGES`) or 5 positive integers, checked: the three
-    blocks are powers of two >= 16 (``tl.dot``, and the dropout mask's 16 x 16 groups)."""
+    """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward num_warps]]) as the
+    6 integers the kernels take (stages default `DEFAULT_STAGES`, backward warps ``num_warps``),
+    checked: the three blocks are powers of two >= 16 (``tl.dot``, and the dropout mask's 16 x 16
+    groups)."""
     blocks = tuple(int(b) for b in blocks)
     if len(blocks) == 4:
         blocks += (DEFAULT_STAGES,)
-    if len(blocks) != 5 or min(blocks) < 1:
-        raise ValueError(f"tiles must be (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages]), "
-                         f"positive, got {blocks}")
+    if len(blocks) == 5:
+        blocks += (blocks[3],)
+    if len(blocks) != 6 or min(blocks) < 1:
+        raise ValueError(f"tiles must be (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, "
+                         f"backward num_warps]]), positive, got {blocks}")
     if any(b < 16 or b & (b - 1) for b in blocks[:3]):
         raise ValueError(f"the blocks must be powers of two >= 16 (tl.dot, dropout groups), got {blocks[:3]}")
     return blocks
@@ -525,7 +529,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         pd = per_distance.detach().to(torch.float32).contiguous()
         kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
-        block_m, block_n, block_bwd, warps, stages = blocks
+        block_m, block_n, _, warps, stages, _ = blocks
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
@@ -549,7 +553,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         B, H, T, D = q.shape
         S = k.size(2)
         M = (pd.size(1) - 1) // 2
-        block_m, block_n, block_bwd, warps, stages = blocks
+        _, _, block_bwd, _, stages, warps = blocks
         do = _as_kernel_input(grad_out)
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
         # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
@@ -589,8 +593,8 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         causal: keys after the query are masked (T == S).
         dropout_p: attention-probability dropout (0 in eval).
         scale: multiplier of q k^T.
-        blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages]), default
-            `default_blocks`.
+        blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward
+            num_warps]]), default `default_blocks`.
     Returns:
         (B, H, T, D) in q's dtype.
     """

@@ -99,13 +99,14 @@ def test_the_interpreter_probe_does_not_skip_the_checks_where_triton_can_run_the
 
 
 def test_tile_tuples_take_optional_stages_and_are_checked():
-    assert tra.resolve_blocks((128, 64, 64, 8)) == (128, 64, 64, 8, tra.DEFAULT_STAGES)
-    assert tra.resolve_blocks([64, 32, 32, 4, 3]) == (64, 32, 32, 4, 3)
+    assert tra.resolve_blocks((128, 64, 64, 8)) == (128, 64, 64, 8, tra.DEFAULT_STAGES, 8)
+    assert tra.resolve_blocks([64, 32, 32, 4, 3]) == (64, 32, 32, 4, 3, 4)
+    assert tra.resolve_blocks([128, 64, 64, 8, 3, 4]) == (128, 64, 64, 8, 3, 4)  # backward on 4 warps
     assert tra.default_blocks(64, torch.device("cuda"), capability=90) == (128, 64, 64, 8, tra.DEFAULT_STAGES)
     assert tra.default_blocks(64, torch.device("cuda"), capability=80) == (128, 64, 32, 8, tra.DEFAULT_STAGES)
     assert tra.default_blocks(128, torch.device("cuda"), capability=90) == (128, 64, 32, 8, tra.DEFAULT_STAGES)
     for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9), (8, 32, 32, 4),
-                (128, 48, 32, 4)]:
+                (128, 48, 32, 4), (128, 64, 64, 8, 3, 0), (128, 64, 64, 8, 3, 4, 1)]:
         with pytest.raises(ValueError):
             tra.resolve_blocks(bad)
 
