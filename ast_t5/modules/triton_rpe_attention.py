@@ -26,7 +26,9 @@ reproduces it, and the backward regenerates the forward's keep mask. One Philox 
 j = 16 j16 + 8 c + 2 q + e (r < 8, q < 4, a, c, e < 2), the call with counter
 ((((b H + h) ceil(T / 16) + i16) ceil(S / 16) + j16) 8 + r) 4 + q gives element (i, j) the high
 (e = 0) or low (e = 1) half of its word 2 a + c: the 8 elements one thread holds in the
-tensor-core accumulator layouts of sm80 and sm90, so each call is computed once. An element is
+tensor-core accumulator layouts of sm80 and sm90, so no two threads of a warpgroup compute the same
+call (where Triton replicates a whole tile over two warpgroups, both do:
+`benchmarks/compile_triton_rpe.py`'s ``dup`` column). An element is
 kept where its 16 bits, read as an integer, are >= 65536 p: the rate applied is p rounded to a
 multiple of 2^-16 (`effective_dropout_p`; 0.1 -> 0.100006), and kept values are scaled by
 1 / (1 - that rate). Philox costs about a hundred integer instructions per call, and the mask is
@@ -169,7 +171,8 @@ if triton is not None:
         The tile is built as (i16, a, r8, j16, c, q, e) with query i = 16 i16 + 8 a + r8 and key
         j = 16 j16 + 8 c + 2 q + e: Philox runs on the (i16, r8, j16, q) grid, and its word 2 a + c
         gives keys 2 q, 2 q + 1 their high and low halves. Those 8 elements are the ones a thread
-        holds in the tensor-core accumulator layouts of sm80 and sm90, so each call is computed once.
+        holds in the tensor-core accumulator layouts of sm80 and sm90, so no two threads of a
+        warpgroup compute the same call.
         """
         i16 = (start_m // 16 + tl.arange(0, BLOCK_M // 16)).to(tl.int64)[:, None, None, None, None, None, None]
         r8 = tl.arange(0, 8)[None, None, :, None, None, None, None]
