@@ -365,17 +365,17 @@ def test_activation_checkpointing_recomputes_the_same_dropout_mask():
 def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
     """bench_attention.py's CPU smoke run with the triton rows (interpreter): the kernel ran as
     itself (no fallback), its error is PyTorch's order, tile variants get their own rows, and
-    every condition names a winner in the JSON."""
+    every condition names a winner in the JSON. The tile row gives the backward its own warps."""
     import json
 
     bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
-    assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4,3", "--lengths", "24",
+    assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4,3,2", "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
                        "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
-    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4x3") for p in (0.0, 0.1)}
+    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4x3x2") for p in (0.0, 0.1)}
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
         if backend != "sdpa":
