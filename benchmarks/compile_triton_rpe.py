@@ -2,7 +2,8 @@
 for each kernel what decides its speed there: registers, spill stack, shared memory, which
 matrix-multiply instructions it uses (``wgmma``: Hopper's warpgroup MMA; ``mma``: the Ampere
 instruction, about half of Hopper's rate) and whether its loop's loads are software-pipelined
-(``cp.async`` or TMA copies into shared memory). Triton ships ptxas and cuobjdump.
+(``cp.async`` or TMA copies into shared memory), and ``conv``: how many register tiles its loops
+send through shared memory per iteration (`loop_conversions`). Triton ships ptxas and cuobjdump.
 
     python benchmarks/compile_triton_rpe.py                      # sm80 + sm90, D 32/64/128, every variant
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
@@ -142,6 +143,34 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
     return dict(mma=mma, pipelined=pipelined, dup=dup)
 
 
+def loop_conversions(ttgir: str) -> int:
+    """Round trips of register tiles through shared memory inside the kernel's loops, counted in
+    its TTGIR: layout conversions of 2-D tiles (``ttg.convert_layout``, except into the
+    dot-operand layout of the same matrix-multiply layout, which stays in registers) and stores
+    of register tiles into shared memory (``ttg.local_alloc %value``). Each costs a shared-memory
+    write, a barrier and a read per iteration: for a 64 x 64 fp32 tile, about as long on an H100
+    as one 64 x 64 x 64 product. The loads the pipeliner stages into shared memory (K, V, the
+    bias) are not counted: those are asynchronous."""
+    count = 0
+    stack = []  # per open region: whether it is a loop body
+    for line in ttgir.splitlines():
+        code = line.strip()
+        if code.startswith("}"):
+            if stack:
+                stack.pop()
+        in_loop = any(stack)
+        if in_loop and "ttg.convert_layout" in code:
+            found = re.search(r":\s*tensor<(\d+)x(\d+)x\w+,\s*(#[\w.]+)>\s*->\s*tensor<\d+x\d+x\w+,\s*(.*)$", code)
+            if found and not re.match(r"#ttg\.dot_op<\{[^}]*parent = " + re.escape(found.group(3)) + r"[,}]",
+                                      found.group(4)):
+                count += 1
+        elif in_loop and re.search(r"ttg\.local_alloc %", code):
+            count += 1
+        if code.endswith("{"):
+            stack.append("scf.for" in code)
+    return count
+
+
 def resources(kernel) -> dict:
     """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
     import triton
@@ -170,7 +199,7 @@ def main(argv=None) -> int:
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
           f"(B, {args.heads}, {args.length}, D) tensors")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
-          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'dup':>4} {'s':>5}")
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'dup':>4} {'conv':>4} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
@@ -194,7 +223,8 @@ def main(argv=None) -> int:
         for name, fn, consts, tiles, kernel_warps, tile_elements in kernels:
             t0 = time.time()
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, stages, ints)
-            info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps))
+            info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps),
+                        conv=loop_conversions(kernel.asm["ttgir"]))
             duplicated += (info["dup"] or 0) > 1.01
             spills += bool(info["stack"])
             too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
@@ -204,7 +234,8 @@ def main(argv=None) -> int:
             dup = "-" if info["dup"] is None else f"{info['dup']:.1f}"
             print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {config:<14} "
                   f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {info['mma']:<5} "
-                  f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {time.time() - t0:>5.1f}", flush=True)
+                  f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {time.time() - t0:>5.1f}",
+                  flush=True)
     print(f"{spills} kernel(s) with a spill stack")
     print(f"{unpipelined} kernel(s) without pipelined loads")
     print(f"{ampere_mma_on_hopper} sm90 kernel(s) without wgmma")

@@ -9,9 +9,14 @@ the FlashAttention-2 paper (Dao, 2023): no code of other projects is copied.
 
 Forward (one program per (query block, batch x head)): loops over key blocks with an online
 softmax (running max and sum in fp32), saves the log-sum-exp per query row for the backward. The
-bias of a tile is read from the (H, 2 M + 1) vector by pointer arithmetic: one scalar load when
-every distance of the tile lies beyond -M or +M (most tiles of a long sequence), a clamped gather
-load (L1-resident, 2 M + 1 floats) otherwise. No (T, S) or (B, H, T, S) tensor is ever built.
+bias is read from the (H, 2 M + 1) vector (`_tile_bias`): a clamped gather load per tile
+(L1-resident, 2 M + 1 floats, contiguous along a row), loaded unconditionally so that Triton's
+pipeliner stages it into shared memory ahead of use, like K and V. (Until 2026-11-23 a tile whose
+distances all clamp added one scalar instead; that branch made the compiler load the bias in
+another register layout and convert it through shared memory synchronously on every tile.
+Splitting the key loop in three instead, so the outer loops add a scalar without a branch, spilled
+registers at head size 128: `benchmarks/compile_triton_rpe.py`, BENCHMARKS.md.) No (T, S) or
+(B, H, T, S) tensor is ever built.
 
 Masks: key padding is a (B, S) byte vector loaded per key tile; causality compares indices;
 out-of-range rows and columns of partial tiles are masked. A query row whose keys are all masked
@@ -28,7 +33,8 @@ j = 16 j16 + 8 c + 2 q + e (r < 8, q < 4, a, c, e < 2), the call with counter
 (e = 0) or low (e = 1) half of its word 2 a + c: the 8 elements one thread holds in the
 tensor-core accumulator layouts of sm80 and sm90, so no two threads of a warpgroup compute the same
 call (where Triton replicates a whole tile over two warpgroups, both do:
-`benchmarks/compile_triton_rpe.py`'s ``dup`` column). An element is
+`benchmarks/compile_triton_rpe.py`'s ``dup`` column; the dK/dV kernel, on transposed tiles,
+draws the mask in this layout and transposes the boolean tile). An element is
 kept where its 16 bits, read as an integer, are >= 65536 p: the rate applied is p rounded to a
 multiple of 2^-16 (`effective_dropout_p`; 0.1 -> 0.100006), and kept values are scaled by
 1 / (1 - that rate). Philox costs about a hundred integer instructions per call, and the mask is
@@ -36,9 +42,12 @@ drawn three times (forward, dK/dV, dQ): one call per element would cost several 
 tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the eager reference).
 
 Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
-- dK/dV: one program per (key block, batch x head) looping over query blocks; it recomputes
-  P = exp(s - lse), dV += P_drop^T dO, dP = dO V^T (dropout mask applied), dS = P (dP - delta)
-  with delta = rowsum(dO * O) (computed by PyTorch beforehand), dK += dS^T Q.
+- dK/dV: one program per (key block, batch x head) looping over query blocks, on transposed
+  tiles (keys as rows): it recomputes P^T = exp(K Q^T + bias - lse), dV += P_drop^T dO,
+  dP^T = V dO^T (dropout mask applied), dS^T = P^T (dP^T - delta) with delta = rowsum(dO * O)
+  (computed by PyTorch beforehand), dK += dS^T Q. K and V are staged into shared memory once and
+  every product's left operand is either them or a tile already in registers; in the untransposed
+  form, K and V are re-staged and P and dS transposed through shared memory on every iteration.
 - dQ: one program per (query block, batch x head) looping over key blocks, dQ += dS K.
 
 The table gradient d per_distance[h, t] = sum over b and over pairs (i, j) with
@@ -127,18 +136,15 @@ if triton is not None:
         return tl.dot(a, b, input_precision=PRECISION)
 
     @triton.jit
-    def _tile_bias(pd_row, offs_m, offs_n, start_m, start_n,
-                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, M: tl.constexpr):
-        """(BLOCK_M, BLOCK_N) fp32 bias of a tile: per_distance[h, clamp(j - i, -M, M) + M]."""
-        if start_n + BLOCK_N - 1 - start_m <= -M:  # every distance clamps to -M
-            bias = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + tl.load(pd_row)
-        elif start_n - (start_m + BLOCK_M - 1) >= M:  # every distance clamps to +M
-            bias = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32) + tl.load(pd_row + 2 * M)
-        else:
-            dist = offs_n[None, :] - offs_m[:, None]
-            idx = tl.minimum(tl.maximum(dist, -M), M) + M
-            bias = tl.load(pd_row + idx)
-        return bias
+    def _tile_bias(pd_row, offs_m, offs_n, M: tl.constexpr):
+        """(BLOCK_M, BLOCK_N) fp32 bias of a tile: per_distance[h, clamp(j - i, -M, M) + M], a
+        clamped gather from the L1-resident 2 M + 1 floats (contiguous along a row, so coalesced).
+        Loaded unconditionally: in a loop, Triton's pipeliner then stages it into shared memory
+        asynchronously like K and V and reads it back in the matrix-multiply layout. (Behind a
+        branch it is loaded synchronously in another layout and converted through shared memory
+        on every tile, stalling the loop: `benchmarks/compile_triton_rpe.py`.)"""
+        idx = tl.minimum(tl.maximum(offs_n[None, :] - offs_m[:, None], -M), M) + M
+        return tl.load(pd_row + idx)
 
     @triton.jit
     def _tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
@@ -251,7 +257,7 @@ if triton is not None:
             kv_ok = (offs_n[:, None] < S) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * scale
-            s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK_M, BLOCK_N, M)
+            s += _tile_bias(pd_row, offs_m, offs_n, M)
             if HAS_KPM:
                 s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):  # interior tiles: no mask
@@ -281,6 +287,9 @@ if triton is not None:
                          H, T, S, D, scale, dropout_p,
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+        """Works on transposed tiles (keys as rows): S^T = K Q^T, so K, V and the tiles P^T, dS^T
+        are the left operands of their products, taken from registers, and Q^T, dO are the right
+        ones, taken from shared memory where a transpose is free."""
         pid_n = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H
@@ -294,6 +303,9 @@ if triton is not None:
         v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
         pd_row = PD + h * (2 * M + 1)
         kpm_ptr = KPM + b * S
+        key_ok = offs_n < S
+        if HAS_KPM:
+            key_ok = key_ok & (tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1) == 0)
         seed = 0
         if DROPOUT:
             seed = tl.load(SEED)
@@ -304,27 +316,36 @@ if triton is not None:
             lo = start_n  # queries before the block's first key see none of it
         for start_m in range(lo, T, BLOCK):
             offs_m = start_m + tl.arange(0, BLOCK)
-            q_ok = (offs_m[:, None] < T) & d_ok
-            q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :], mask=q_ok, other=0.0)
-            do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :], mask=q_ok, other=0.0)
+            q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
+                          mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK)
+            do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :],
+                         mask=(offs_m[:, None] < T) & d_ok, other=0.0)
             lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
             delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION) * scale
-            s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK, BLOCK, M)
-            p = tl.exp(s - lse[:, None])  # 0 for queries past T (lse = +inf)
+            s_t = _dot(k, q_t, PRECISION) * scale  # (keys, queries)
+            dist = offs_n[:, None] - offs_m[None, :]  # key - query
+            s_t += tl.load(pd_row + tl.minimum(tl.maximum(dist, -M), M) + M)  # `_tile_bias`, transposed
+            p_t = tl.exp(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
-                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+                valid = key_ok[:, None] & (offs_m[None, :] < T)
+                if CAUSAL:
+                    valid = valid & (dist <= 0)
+                p_t = tl.where(valid, p_t, 0.0)
             elif _edge_tile(start_m, start_n, S, BLOCK, BLOCK, CAUSAL):
-                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+                valid = key_ok[:, None] & (offs_m[None, :] < T)
+                if CAUSAL:
+                    valid = valid & (dist <= 0)
+                p_t = tl.where(valid, p_t, 0.0)
+            dp_t = _dot(v, tl.trans(do), PRECISION)
             if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
-                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK, BLOCK)
-                p_kept = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-                dv += _dot(tl.trans(p_kept.to(do.dtype)), do, PRECISION)
-                ds = p_kept * _dot(do, tl.trans(v), PRECISION) - p * delta[:, None]
+                keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK, BLOCK))
+                p_kept = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
+                dv += _dot(p_kept.to(do.dtype), do, PRECISION)
+                ds_t = p_kept * dp_t - p_t * delta[None, :]
             else:
-                dv += _dot(tl.trans(p.to(do.dtype)), do, PRECISION)
-                ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
-            dk += _dot(tl.trans(ds.to(q.dtype)), q, PRECISION)
+                dv += _dot(p_t.to(do.dtype), do, PRECISION)
+                ds_t = p_t * (dp_t - delta[None, :])
+            dk += _dot(ds_t.to(q_t.dtype), tl.trans(q_t), PRECISION)
         dk = dk * scale
         out_offs = b * sg_b + h * sg_h + offs_n[:, None] * sg_t + offs_d[None, :]  # dK, dV: same layout
         tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_ok)
@@ -371,7 +392,7 @@ if triton is not None:
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * scale
-            s += _tile_bias(pd_row, offs_m, offs_n, start_m, start_n, BLOCK_M, BLOCK_N, M)
+            s += _tile_bias(pd_row, offs_m, offs_n, M)
             p = tl.exp(s - lse[:, None])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
                 p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
@@ -470,21 +491,24 @@ def default_blocks(head_dim: int, device: torch.device, capability: Optional[int
     variant at head size <= 128, the largest tiles that spill no registers, fit the GPU's shared
     memory and, on sm90, use Hopper's wgmma instruction (`benchmarks/compile_triton_rpe.py`,
     which compiles the kernels as the JIT specializes them, without a GPU; Triton 3.6, the GPU
-    host's). The backward's wgmma needs 64-row tiles: they spill on sm80 at any head size and
-    on sm90 at head size 128, which keep 32 (mma.sync). Their speed is not measured yet
-    (`scripts/gpu_check.sh`'s triton_tiles step times them against other candidates). On CPU
-    (the interpreter): moderate tiles, few programs.
+    host's, and 3.9). The backward's wgmma needs 64-row tiles: they spill on sm80 at any head
+    size and on sm90 at head size 128, which keep 32 (mma.sync). GPUs with about 100 KB of shared
+    memory per block (sm86, sm89, sm120) pipeline 2 stages, not 3: the forward's staged K, V and
+    bias tiles need 128 KB at 3. Their speed is not measured yet (`scripts/gpu_check.sh`'s
+    triton_tiles step times them against other candidates). On CPU (the interpreter): moderate
+    tiles, few programs.
     """
     if device.type != "cuda":
         return 32, 32, 32, 4, DEFAULT_STAGES
     if capability is None:
         capability = _capability(device)
     hopper = 90 <= capability < 100
+    stages = DEFAULT_STAGES if capability in (80, 87) or 90 <= capability < 120 else 2
     if head_dim <= 64:
-        return 128, 64, 64 if hopper else 32, 8, DEFAULT_STAGES
+        return 128, 64, 64 if hopper else 32, 8, stages
     if head_dim <= 128:
-        return 128, 64 if hopper else 32, 32, 8, DEFAULT_STAGES
-    return 32, 32, 16, 8, DEFAULT_STAGES
+        return 128, 32, 32, 8, stages
+    return 32, 32, 16, 8, stages
 
 
 def resolve_blocks(blocks) -> tuple:

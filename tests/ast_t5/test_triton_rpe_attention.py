@@ -104,7 +104,8 @@ def test_tile_tuples_take_optional_stages_and_are_checked():
     assert tra.resolve_blocks([128, 64, 64, 8, 3, 4]) == (128, 64, 64, 8, 3, 4)  # backward on 4 warps
     assert tra.default_blocks(64, torch.device("cuda"), capability=90) == (128, 64, 64, 8, tra.DEFAULT_STAGES)
     assert tra.default_blocks(64, torch.device("cuda"), capability=80) == (128, 64, 32, 8, tra.DEFAULT_STAGES)
-    assert tra.default_blocks(128, torch.device("cuda"), capability=90) == (128, 64, 32, 8, tra.DEFAULT_STAGES)
+    assert tra.default_blocks(128, torch.device("cuda"), capability=90) == (128, 32, 32, 8, tra.DEFAULT_STAGES)
+    assert tra.default_blocks(64, torch.device("cuda"), capability=89) == (128, 64, 32, 8, 2)  # ~100 KB shared
     for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9), (8, 32, 32, 4),
                 (128, 48, 32, 4), (128, 64, 64, 8, 3, 0), (128, 64, 64, 8, 3, 4, 1)]:
         with pytest.raises(ValueError):
@@ -391,7 +392,7 @@ def test_kernels_compile_for_hopper_as_the_jit_does_without_spills_on_wgmma_with
     bundled ptxas, no GPU needed; in a process without TRITON_INTERPRET), specialized as the JIT
     specializes them, and the default tiles of the most involved variant (padding + dropout, and
     the table gradient) spill no registers, run their matrix products on wgmma and pipeline their
-    loads."""
+    loads, and the forward's loop has no layout conversion through shared memory."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
@@ -401,6 +402,8 @@ def test_kernels_compile_for_hopper_as_the_jit_does_without_spills_on_wgmma_with
     lines = [line.split() for line in proc.stdout.splitlines() if line.strip().startswith("90")]
     assert sorted(line[3] for line in lines) == ["dkdv", "dq", "fwd"], proc.stdout
     assert {line[8] for line in lines} == {"wgmma"} and {line[9] for line in lines} == {"yes"}, proc.stdout
+    # the forward's loop sends no tile through shared memory (the bias is staged asynchronously)
+    assert [line[11] for line in lines if line[3] == "fwd"] == ["0"], proc.stdout
     for summary in ("0 kernel(s) with a spill stack", "0 kernel(s) without pipelined loads",
                     "0 sm90 kernel(s) without wgmma", "0 kernel(s) needing more shared memory"):
         assert summary in proc.stdout, proc.stdout
@@ -417,6 +420,37 @@ def test_the_compile_check_specializes_arguments_as_triton_jit_does():
     assert {"Q", "K", "V", "O", "LSE", "sq_t", "sk_h", "so_b", "D"} <= marked
     assert not {"H", "T", "S", "scale", "dropout_p", "BLOCK_M"} & marked  # 12, 1000: not multiples of 16
     assert all(value == [["tt.divisibility", 16]] for value in attrs.values())
+
+
+
+def test_loop_conversions_counts_shared_memory_round_trips_inside_loops_only():
+    """The compile check's ``conv`` column: a layout conversion of a tile between two register
+    layouts, or a store of a register tile into shared memory, inside a loop body (nested regions
+    included); not the register-only conversion into the dot-operand layout of the same MMA
+    layout, nor anything outside the loop."""
+    count = load_benchmark("compile_triton_rpe").loop_conversions
+    ttgir = """
+    %a = ttg.convert_layout %x : tensor<64x64xf32, #blocked> -> tensor<64x64xf32, #mma> loc(#loc1)
+    %r:2 = scf.for %i = %c0 to %n step %c64 iter_args(%u = %z) -> (tensor<64x64xf32, #mma>) {
+      %b = ttg.convert_layout %y : tensor<64x64xf32, #blocked> -> tensor<64x64xf32, #mma> loc(#loc2)
+      %c = ttg.convert_layout %p : tensor<64x64xbf16, #mma> -> \
+tensor<64x64xbf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> loc(#loc3)
+      %d = ttg.convert_layout %p : tensor<64x64xbf16, #mma1> -> \
+tensor<64x64xbf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> loc(#loc4)
+      %e = scf.if %flag -> (tensor<64x64xf32, #mma>) {
+        %f = ttg.local_alloc %p : (tensor<64x64xbf16, #mma>) -> !ttg.memdesc<64x64xbf16, #shared, #smem> loc(#loc5)
+        scf.yield %u : tensor<64x64xf32, #mma> loc(#loc6)
+      } else {
+        scf.yield %u : tensor<64x64xf32, #mma> loc(#loc7)
+      } loc(#loc8)
+      %g = ttg.local_alloc : () -> !ttg.memdesc<3x64x64xbf16, #shared, #smem, mutable> loc(#loc9)
+      scf.yield %e : tensor<64x64xf32, #mma> loc(#loc10)
+    } loc(#loc11)
+    %h = ttg.convert_layout %r : tensor<64x64xf32, #mma> -> tensor<64x64xf32, #blocked> loc(#loc12)
+    """
+    assert count(ttgir) == 3  # %b (blocked -> mma), %d (another MMA layout's operand), %f (a tile stored)
+    same_parent = ttgir.replace("parent = #mma, kWidth = 2}>> loc(#loc4)", "parent = #mma1, kWidth = 2}>> loc(#loc4)")
+    assert count(same_parent) == 2
 
 
 # --------------------------------------------------------------------------------------- GPU
