@@ -287,9 +287,10 @@ if triton is not None:
                          H, T, S, D, scale, dropout_p,
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
-        """Works on transposed tiles (keys as rows): S^T = K Q^T, so K, V and the tiles P^T, dS^T
-        are the left operands of their products, taken from registers, and Q^T, dO are the right
-        ones, taken from shared memory where a transpose is free."""
+        """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
+        products are K and V (staged into shared memory once, before the loop) and the tiles P^T
+        and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
+        memory, where a transpose is free."""
         pid_n = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H
