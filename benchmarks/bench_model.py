@@ -211,6 +211,7 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
     torch.compile; the kernels are then those of our first, eager forward.
     """
     from ast_t5.models import AstT5Model
+    from ast_t5.modules.triton_rpe_attention import KERNEL_ERRORS
 
     batch = make_batch(shape, device)
     flops = None
@@ -238,11 +239,21 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
             models["hf"] = hf_model
         steps = {name: make_step(m, hf_logits if name == "hf" else ours_logits, batch, autocast_dtype)
                  for name, m in models.items()}
-        kernels, same_as = {}, {}
-        for name in steps:  # the first step also compiles flex/triton kernels: not timed
-            if name == "hf":
+        kernels, same_as, failed = {}, {}, {}
+        for name in list(steps):  # the first step also compiles flex/triton kernels: not timed
+            try:
+                if name == "hf":
+                    steps[name]()
+                    continue
+                kernels[name] = _kernels_of(steps[name])
+            except KERNEL_ERRORS as e:  # OOM, a kernel's refusal: recorded, the others still compared
+                failed[name] = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:200]}"
+            if name in failed:  # outside the handler, whose traceback holds the step's tensors
+                logger.warning("dropout %g %s: its first step failed, left out: %s", p, name, failed[name])
+                del steps[name], models[name]
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()
                 continue
-            kernels[name] = _kernels_of(steps[name])
             same_as[name] = next((other for other in kernels if other != name and kernels[other] == kernels[name]
                                   and same_as.get(other) is None), None)
         median, raw = interleaved(steps, args.gpu_steps, args.gpu_repeats, args.warmup, device)
@@ -263,13 +274,14 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
                         f", step peak {row['step_peak_gib']:.2f} GiB" if "step_peak_gib" in row else "",
                         ", ".join(f"{k} x{v}" for k, v in kernels.get(name, ())) or "-",
                         f" (the same as {same_as[name]})" if same_as.get(name) else "")
+        rows.update({name: {"error": why} for name, why in failed.items()})
         out = {"rows": rows, "best_single": best}
-        if best is not None:
+        if best is not None and "ours[auto]" in median:
             out["auto_vs_best"] = median["ours[auto]"] / median[best] - 1
             logger.info("dropout %g: auto %.1f ms/step vs the best single backend %s %.1f ms/step: %+.1f%% "
                         "(target <= +3%%)", p, median["ours[auto]"] * 1e3, best, median[best] * 1e3,
                         100 * out["auto_vs_best"])
-        if "hf" in median:
+        if "hf" in median and "ours[auto]" in median:
             out["ours_auto_over_hf_speed"] = median["hf"] / median["ours[auto]"]
             logger.info("dropout %g: ours[auto] / hf tokens/s %.2fx", p, out["ours_auto_over_hf_speed"])
         results[f"dropout {p:g}"] = out

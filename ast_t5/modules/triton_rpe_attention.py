@@ -98,6 +98,25 @@ except Exception as e:  # noqa: BLE001 - any import failure means "no triton her
     triton = None
     TRITON_IMPORT_ERROR = f"{type(e).__name__}: {e}"
 
+
+def _triton_error_types() -> tuple:
+    """Triton's own exception base (OutOfResources, PTXASError, CompilationError derive from it,
+    and from Exception only), or () without triton."""
+    if triton is None:
+        return ()
+    try:
+        from triton.runtime.errors import TritonError
+    except ImportError:  # Triton releases before the common base: the launch-time error alone
+        from triton.runtime.errors import OutOfResources as TritonError
+    return (TritonError,)
+
+
+# What a kernel launch can raise: torch's RuntimeError (OutOfMemoryError and dynamo's compile
+# failures derive from it) and Triton's errors, which do not: a tile configuration needing more
+# shared memory than the GPU has raises OutOfResources at its first launch. For code that measures
+# or tries several configurations and must record one's failure and go on (the benchmarks).
+KERNEL_ERRORS = (RuntimeError,) + _triton_error_types()
+
 # Whether the kernels below were decorated in interpreter mode (decided by Triton at import time).
 INTERPRETED = bool(triton is not None and (_knobs.runtime.interpret or os.environ.get("TRITON_INTERPRET") == "1"))
 

@@ -550,6 +550,33 @@ def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
     assert exc.value.code == 2
 
 
+def test_attention_benchmark_records_a_backend_s_triton_error_and_measures_the_others(tmp_path, monkeypatch):
+    """A backend failing with one of Triton's errors (they derive from Exception, not RuntimeError:
+    a tile needing more shared memory than the GPU has raises OutOfResources at its first launch)
+    gets a row with the error; the run goes on with the next backend and condition."""
+    errors = pytest.importorskip("triton.runtime.errors")
+    import json
+
+    bench = load_benchmark("bench_attention", "bench_attention_errors")
+    real_step_fn = bench.step_fn
+
+    def step_fn(name, *args):
+        if name != "sdpa":
+            return real_step_fn(name, *args)
+
+        def run():
+            raise errors.OutOfResources(245760, 232448, "shared memory")
+        return run
+
+    monkeypatch.setattr(bench, "step_fn", step_fn)
+    out = tmp_path / "attention.json"
+    assert bench.main(["--backends", "eager", "sdpa", "--lengths", "24", "--dropouts", "0", "--padding", "none",
+                       "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+    rows = {row["backend"]: row for row in json.loads(out.read_text())["rows"]}
+    assert rows["sdpa"]["ms"] is None and rows["sdpa"]["note"].startswith("OutOfResources:"), rows["sdpa"]
+    assert rows["eager"]["ms"] > 0 and rows["eager"]["max_err"] < 1e-5, rows["eager"]
+
+
 def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without_autograd():
     module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
     pad = torch.zeros(2, 9, dtype=torch.bool)

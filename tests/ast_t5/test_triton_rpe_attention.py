@@ -11,6 +11,7 @@ that the kernel really ran (DISPATCH_COUNTS).
 """
 import importlib
 import os
+import re
 import subprocess
 import sys
 
@@ -407,6 +408,26 @@ def test_kernels_compile_for_hopper_as_the_jit_does_without_spills_on_wgmma_with
     for summary in ("0 kernel(s) with a spill stack", "0 kernel(s) without pipelined loads",
                     "0 sm90 kernel(s) without wgmma", "0 kernel(s) needing more shared memory"):
         assert summary in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_every_tile_candidate_of_the_gpu_check_fits_hopper_shared_memory():
+    """scripts/gpu_check.sh's triton_tiles step times these tiles on the H100: one needing more
+    shared memory than a block may have there fails at launch instead of giving a figure."""
+    gpu_check = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_check.sh")
+    found = re.search(r"^TRITON_TILES=\$\{GPU_CHECK_TRITON_TILES:-([0-9, ]+)\}$", open(gpu_check).read(), re.M)
+    assert found, "gpu_check.sh: no TRITON_TILES default"
+    candidates = found.group(1).split()
+    assert len(candidates) >= 3, candidates
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
+    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants",
+                           "padded-dropout", "--blocks", *candidates], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert sum(line.strip().startswith("90") for line in proc.stdout.splitlines()) == 3 * len(candidates)
+    assert "0 kernel(s) needing more shared memory than their GPU has" in proc.stdout, proc.stdout
 
 
 def test_the_compile_check_specializes_arguments_as_triton_jit_does():

@@ -54,6 +54,33 @@ def test_a_backend_with_other_kernels_is_timed_and_auto_compared_with_it():
     assert out["flops_per_step"] > 0 and rows["ours[auto]"]["mfu_percent"] is None  # no known peak on CPU
 
 
+def test_a_model_whose_first_step_fails_is_left_out_with_its_error(monkeypatch):
+    """One model failing (an OOM, a Triton error: not RuntimeErrors) must not cost the others'
+    figures, auto's comparison among them included."""
+    errors = pytest.importorskip("triton.runtime.errors")
+    bench_model = load_benchmark("bench_model", "bench_model_errors")
+    real_make_step = bench_model.make_step
+
+    def make_step(model, *args):
+        if str(getattr(getattr(model, "cfg", None), "attention_backend", "")) != "torch":
+            return real_make_step(model, *args)
+
+        def step():
+            raise errors.OutOfResources(245760, 232448, "shared memory")
+        return step
+
+    monkeypatch.setattr(bench_model, "make_step", make_step)
+    args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
+    out = bench_model.compare_backends(args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16),
+                                       [0.0], ["sdpa", "torch"], None, True, **SIZES)
+    result = out["by_dropout"]["dropout 0"]
+    rows = result["rows"]
+    assert rows["ours[torch]"] == {"error": "OutOfResources: " + str(errors.OutOfResources(245760, 232448,
+                                                                                          "shared memory"))}
+    assert result["best_single"] == "ours[sdpa]" and rows["ours[sdpa]"]["ms"] > 0 and rows["hf"]["ms"] > 0
+    assert math.isclose(result["auto_vs_best"], rows["ours[auto]"]["ms"] / rows["ours[sdpa]"]["ms"] - 1)
+
+
 def test_the_comparison_runs_every_model_compiled_as_the_recipes_train():
     """--gpu-compile: ours with model.compile (here the quick aot_eager backend), Hugging Face
     through torch.compile; the kernels recorded are those of our first, eager forward."""
