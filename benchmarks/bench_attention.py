@@ -22,8 +22,8 @@ gradient reaching the table, as in the model:
 - triton: the ``triton`` backend (ast_t5/modules/triton_rpe_attention.py): our tiled Triton kernel
   reading the (H, 2 M + 1) vector, with dropout, padding and the table gradient reduced per
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
-  ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS]] ...`` adds one row per tile configuration (``triton:...``), to
-  tune `triton_rpe_attention.default_blocks` from one run;
+  ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]] ...`` adds one row per tile
+  configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
   attention run; the lower bound for a biased kernel). With padding it packs the real keys and
@@ -73,10 +73,11 @@ def parse_args(argv=None):
                    help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
-    p.add_argument("--triton-blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS]]",
+    p.add_argument("--triton-blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]]",
                    help="extra `triton` rows with these tiles (forward BLOCK_M, BLOCK_N, backward BLOCK, "
-                        "num_warps[, num_stages: default 3[, backward num_warps: default num_warps]]), e.g. "
-                        "128,64,64,8 64,64,32,4,3 128,64,64,8,3,4: to tune triton_rpe_attention.default_blocks")
+                        "num_warps[, num_stages: default 3[, backward num_warps: default num_warps[, backward "
+                        "STEP: default BLOCK]]]), e.g. 128,64,64,8 64,64,32,4,3 128,64,128,8,3,8,32: to tune "
+                        "triton_rpe_attention.default_blocks")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -101,7 +102,7 @@ def parse_args(argv=None):
     try:
         args.triton_blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.triton_blocks]
     except ValueError:
-        p.error("--triton-blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS]] (integers)")
+        p.error("--triton-blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]] (integers)")
     if args.triton_blocks:
         from ast_t5.modules.triton_rpe_attention import resolve_blocks
 

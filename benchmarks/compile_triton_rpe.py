@@ -51,13 +51,13 @@ def parse_args(argv=None):
     p.add_argument("--length", type=int, default=1024,
                    help="queries = keys of the modelled call; decides which integers the JIT marks divisible by 16")
     p.add_argument("--heads", type=int, default=12, help="heads of the modelled call")
-    p.add_argument("--blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS]]",
+    p.add_argument("--blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
     args = p.parse_args(argv)
     try:
         args.blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.blocks]
     except ValueError:
-        p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS]] (integers)")
+        p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]] (integers)")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
     return args
@@ -204,21 +204,21 @@ def main(argv=None) -> int:
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
         try:
-            block_m, block_n, block_bwd, warps, stages, bwd_warps = tra.resolve_blocks(
-                blocks or tra.default_blocks(head_dim, torch.device("cuda"), capability=arch))
+            block_m, block_n, block_bwd, warps, stages, bwd_warps, step_bwd = tra.resolve_blocks(
+                blocks or tra.default_blocks(head_dim, torch.device("cuda"), capability=arch, dropout=dropout))
         except ValueError as e:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
             return 2
         ints = call_integers(head_dim, args.length, args.heads)
         common = dict(M=MAX_DISTANCE, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
-        bwd_tile = block_bwd * block_bwd
+        bwd_tile = block_bwd * step_bwd
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}",
                     warps, 0),
-                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK=block_bwd), f"{block_bwd}x{block_bwd}",
-                    bwd_warps, bwd_tile),
+                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd),
+                    f"{block_bwd}x{step_bwd}", bwd_warps, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1), TABLE_GRAD=True,
-                                                  BLOCK_M=block_bwd, BLOCK_N=block_bwd), f"{block_bwd}x{block_bwd}",
+                                                  BLOCK_M=block_bwd, BLOCK_N=step_bwd), f"{block_bwd}x{step_bwd}",
                     bwd_warps, bwd_tile))
         for name, fn, consts, tiles, kernel_warps, tile_elements in kernels:
             t0 = time.time()

@@ -123,15 +123,15 @@ if missing:
     print("gpu_check MISSING:", "; ".join(missing))
 PY
 
-# tile candidates of the triton backend (BM,BN,BB,WARPS,STAGES[,BWD_WARPS]) around the sm90 default
-# 128,64,64,8,3 (its plain `triton` row): a narrower forward tile, the backward on mma.sync (sm80's
-# choice), and the backward on one warpgroup (4 warps), alone and with 4-warp forward tiles at 3 and
-# 2 stages (2: 56 KB per forward block, so 3 blocks per SM instead of 2): with padding, Triton lays
-# the 8-warp 64-row backward tile over two warpgroups that repeat each other's work
-# (benchmarks/compile_triton_rpe.py, column dup), while 4 warps spill 8-64 bytes in dQ with dropout.
-# Every candidate fits sm90's shared memory (tests/ast_t5/test_triton_rpe_attention.py checks it:
-# the 128 x 128 forward needs 240 KB, over the 227 KB a block may have, and would fail to launch).
-TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,32,64,8,3 128,64,32,8,3 128,64,64,8,3,4 64,64,64,4,3 64,64,64,4,2}
+# tile candidates of the triton backend (BM,BN,BB,WARPS,STAGES[,BWD_WARPS[,BB_STEP]]) beside its plain
+# `triton` row, the sm90 default: forward 128 x 64, backward 128 rows per program walking 64 (32 with
+# dropout) at a time on 8 warps. In order: the default until 2026-11-24 (square 64 x 64 backward on
+# 8 warps, which Triton lays over both warpgroups doing the same rows: benchmarks/compile_triton_rpe.py,
+# column dup, and BENCHMARKS.md), the 128 x 32 backward without dropout too, the square backward on
+# one warpgroup, a narrower forward, and 4 warps everywhere at 2 stages (3 forward blocks per SM).
+# Every candidate fits sm90's shared memory (tests/ast_t5/test_triton_rpe_attention.py checks it: a
+# 128 x 128 forward needs 240 KB, over the 227 KB a block may have, and would fail to launch).
+TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,64,64,8,3 128,64,128,8,3,8,32 128,64,64,8,3,4 128,32,128,8,3,8,64 64,64,64,4,2}
 run build 120 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
 # the suite in two parts, one per call: the attention files (whole files, so that their CPU tests
 # run too) and everything else

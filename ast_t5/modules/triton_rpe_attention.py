@@ -42,13 +42,18 @@ drawn three times (forward, dK/dV, dQ): one call per element would cost several 
 tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the eager reference).
 
 Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
-- dK/dV: one program per (key block, batch x head) looping over query blocks, on transposed
-  tiles (keys as rows): it recomputes P^T = exp(K Q^T + bias - lse), dV += P_drop^T dO,
+- dK/dV: one program per (key block of BLOCK keys, batch x head) looping over queries STEP at
+  a time, on transposed tiles (keys as rows): it recomputes P^T = exp(K Q^T + bias - lse), dV += P_drop^T dO,
   dP^T = V dO^T (dropout mask applied), dS^T = P^T (dP^T - delta) with delta = rowsum(dO * O)
   (computed by PyTorch beforehand), dK += dS^T Q. K and V are staged into shared memory once and
   every product's left operand is either them or a tile already in registers; in the untransposed
   form, K and V are re-staged and P and dS transposed through shared memory on every iteration.
-- dQ: one program per (query block, batch x head) looping over key blocks, dQ += dS K.
+- dQ: one program per (query block of BLOCK queries, batch x head) looping over keys STEP at a
+  time, dQ += dS K.
+Both give a program 128 rows on 8 warps by default, so that each of the two warpgroups owns 64 of
+them: with square 64 x 64 tiles on 8 warps (the default until 2026-11-24), Triton laid the chained
+products over 8 warps along the rows, and both warpgroups computed the same 64 rows (up to 1.67x
+the minimum tensor-core work, and with key padding every element-wise step twice).
 
 The table gradient d per_distance[h, t] = sum over b and over pairs (i, j) with
 clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dQ kernel, never per element (in
@@ -56,11 +61,12 @@ the dQ kernel, not the dK/dV one, because that one holds two accumulators: there
 tiles on sm90, the reduction pushed it past 255 registers into spills; `benchmarks/compile_triton_rpe.py`):
 - a tile whose distances all lie <= -M (or >= +M) adds its whole dS sum to one fp32 scalar of the
   program (one tile reduction);
-- a tile that crosses the band (-M, M) (requires square tiles) is skewed with one ``tl.gather``
-  along the key axis (row i rotated by i), so that two masked column sums give its 2 BLOCK - 1
-  diagonal sums; those are added into the program's fp32 accumulator of the 2 M + 1 distances
-  by two 1-D gathers (cost per such tile: one BLOCK x BLOCK gather and two masked reductions,
-  plus O(2 M) for the accumulator; tiles beyond the band pay nothing);
+- a tile that crosses the band (-M, M) is skewed with one ``tl.gather`` along the key axis (row
+  i rotated by i), so that BLOCK / STEP + 1 masked column sums give its BLOCK + STEP - 1 diagonal
+  sums (STEP divides BLOCK: both are powers of two); those are added into the program's fp32
+  accumulator of the 2 M + 1 distances by 1-D gathers (cost per such tile: one BLOCK x STEP
+  gather and BLOCK / STEP + 1 masked reductions, plus O(2 M) each for the accumulator; tiles
+  beyond the band pay nothing);
 - each program writes its accumulator once to a (B H, query blocks, 2 M + 1) fp32 partial buffer
   (bytes: 4 (2 M + 1) per program, under 1 MB at B16 H12 T1024), which PyTorch sums.
 
@@ -214,33 +220,33 @@ if triton is not None:
         return bits >= dropout_p * 65536.0  # an integer too
 
     @triton.jit
-    def _table_grad_tile(ds, base, tab, far_lo, far_hi, t_idx, BLOCK: tl.constexpr, M: tl.constexpr):
-        """Add the (BLOCK, BLOCK) tile ``ds`` (query rows, key columns; its (0, 0) element at
-        distance ``base``) to the per-distance sums: ``far_lo`` (<= -M), ``far_hi`` (>= M), and
-        ``tab`` (entry d + M for -M < d < M)."""
-        if base + BLOCK - 1 <= -M:
+    def _table_grad_tile(ds, base, tab, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         M: tl.constexpr):
+        """Add the (BLOCK_M, BLOCK_N) tile ``ds`` (query rows, key columns; its (0, 0) element at
+        distance ``base``; BLOCK_M a multiple of BLOCK_N) to the per-distance sums: ``far_lo``
+        (<= -M), ``far_hi`` (>= M), and ``tab`` (entry d + M for -M < d < M).
+
+        Row i rotated by i, rot[i, c] = ds[i, (i + c) % BLOCK_N], holds distance c - BLOCK_N w in
+        the elements with w = (i + c) // BLOCK_N: BLOCK_M / BLOCK_N + 1 masked column sums give
+        every diagonal once."""
+        if base + BLOCK_N - 1 <= -M:
             far_lo += tl.sum(tl.sum(ds, 1), 0)
-        elif base - (BLOCK - 1) >= M:
+        elif base - (BLOCK_M - 1) >= M:
             far_hi += tl.sum(tl.sum(ds, 1), 0)
         else:
-            rows = tl.arange(0, BLOCK)[:, None]
-            cols = tl.arange(0, BLOCK)[None, :]
-            wraps = rows + cols >= BLOCK
-            rot = tl.gather(ds, (rows + cols) % BLOCK, 1)  # rot[i, c] = ds[i, (i + c) % BLOCK]
-            diag_pos = tl.sum(tl.where(wraps, 0.0, rot), 0)  # diagonal j - i = c
-            diag_neg = tl.sum(tl.where(wraps, rot, 0.0), 0)  # diagonal j - i = c - BLOCK
-            d_pos = base + tl.arange(0, BLOCK)
-            d_neg = d_pos - BLOCK
-            far_lo += tl.sum(tl.where(d_pos <= -M, diag_pos, 0.0), 0) + \
-                tl.sum(tl.where(d_neg <= -M, diag_neg, 0.0), 0)
-            far_hi += tl.sum(tl.where(d_pos >= M, diag_pos, 0.0), 0) + \
-                tl.sum(tl.where(d_neg >= M, diag_neg, 0.0), 0)
-            r = t_idx - M - base  # tile diagonal of table entry t
+            rows = tl.arange(0, BLOCK_M)[:, None]
+            cols = tl.arange(0, BLOCK_N)[None, :]
+            rot = tl.gather(ds, (rows + cols) % BLOCK_N, 1)
+            wraps = (rows + cols) // BLOCK_N
             exact = (t_idx > 0) & (t_idx < 2 * M)
-            from_pos = tl.gather(diag_pos, tl.minimum(tl.maximum(r, 0), BLOCK - 1), 0)
-            from_neg = tl.gather(diag_neg, tl.minimum(tl.maximum(r + BLOCK, 0), BLOCK - 1), 0)
-            tab += tl.where(exact & (r >= 0) & (r < BLOCK), from_pos, 0.0)
-            tab += tl.where(exact & (r < 0) & (r >= -BLOCK), from_neg, 0.0)
+            for w in tl.static_range(BLOCK_M // BLOCK_N + 1):
+                diag = tl.sum(tl.where(wraps == w, rot, 0.0), 0)  # diagonal c - BLOCK_N w of the tile
+                d = base + tl.arange(0, BLOCK_N) - BLOCK_N * w
+                far_lo += tl.sum(tl.where(d <= -M, diag, 0.0), 0)
+                far_hi += tl.sum(tl.where(d >= M, diag, 0.0), 0)
+                r = t_idx - M - base + BLOCK_N * w  # the column of ``diag`` holding table entry t
+                got = tl.gather(diag, tl.minimum(tl.maximum(r, 0), BLOCK_N - 1), 0)
+                tab += tl.where(exact & (r >= 0) & (r < BLOCK_N), got, 0.0)
         return tab, far_lo, far_hi
 
     @triton.jit
@@ -305,7 +311,8 @@ if triton is not None:
                          sg_b, sg_h, sg_t,
                          H, T, S, D, scale, dropout_p,
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
-                         BLOCK: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
+                         BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
+                         PRECISION: tl.constexpr):
         """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
@@ -314,8 +321,8 @@ if triton is not None:
         bh = tl.program_id(1)
         b = bh // H
         h = bh % H
-        start_n = pid_n * BLOCK
-        offs_n = start_n + tl.arange(0, BLOCK)
+        start_n = pid_n * BLOCK_N
+        offs_n = start_n + tl.arange(0, BLOCK_N)
         offs_d = tl.arange(0, BLOCK_D)
         d_ok = offs_d[None, :] < D
         kv_ok = (offs_n[:, None] < S) & d_ok
@@ -329,15 +336,15 @@ if triton is not None:
         seed = 0
         if DROPOUT:
             seed = tl.load(SEED)
-        dk = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
-        dv = tl.zeros((BLOCK, BLOCK_D), dtype=tl.float32)
+        dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+        dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
         lo = 0
         if CAUSAL:
             lo = start_n  # queries before the block's first key see none of it
-        for start_m in range(lo, T, BLOCK):
-            offs_m = start_m + tl.arange(0, BLOCK)
+        for start_m in range(lo, T, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
             q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
-                          mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK)
+                          mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_M)
             do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :],
                          mask=(offs_m[:, None] < T) & d_ok, other=0.0)
             lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
@@ -351,14 +358,14 @@ if triton is not None:
                 if CAUSAL:
                     valid = valid & (dist <= 0)
                 p_t = tl.where(valid, p_t, 0.0)
-            elif _edge_tile(start_m, start_n, S, BLOCK, BLOCK, CAUSAL):
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
                 valid = key_ok[:, None] & (offs_m[None, :] < T)
                 if CAUSAL:
                     valid = valid & (dist <= 0)
                 p_t = tl.where(valid, p_t, 0.0)
             dp_t = _dot(v, tl.trans(do), PRECISION)
             if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
-                keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK, BLOCK))
+                keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N))
                 p_kept = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
                 dv += _dot(p_kept.to(do.dtype), do, PRECISION)
                 ds_t = p_kept * dp_t - p_t * delta[None, :]
@@ -425,8 +432,9 @@ if triton is not None:
             else:
                 ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
             dq += _dot(ds.to(k.dtype), k, PRECISION)
-            if TABLE_GRAD:  # square tiles
-                tab, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, far_lo, far_hi, t_idx, BLOCK_M, M)
+            if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
+                tab, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, far_lo, far_hi, t_idx,
+                                                       BLOCK_M, BLOCK_N, M)
         dq = dq * scale
         tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], dq.to(DQ.dtype.element_ty),
                  mask=q_ok)
@@ -504,48 +512,64 @@ def _capability(device: torch.device) -> int:
     return _CAPABILITIES[index]
 
 
-def default_blocks(head_dim: int, device: torch.device, capability: Optional[int] = None):
-    """(forward BLOCK_M, forward BLOCK_N, backward BLOCK, num_warps, num_stages).
+def default_blocks(head_dim: int, device: torch.device, capability: Optional[int] = None,
+                   dropout: bool = False) -> tuple:
+    """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps, num_stages, bwd num_warps, bwd STEP)
+    (`resolve_blocks`) for a call of head size ``head_dim``, with attention dropout or not.
 
-    On CUDA (``capability``: major * 10 + minor, default the device's): for every mask and dropout
-    variant at head size <= 128, the largest tiles that spill no registers, fit the GPU's shared
-    memory and, on sm90, use Hopper's wgmma instruction (`benchmarks/compile_triton_rpe.py`,
-    which compiles the kernels as the JIT specializes them, without a GPU; Triton 3.6, the GPU
-    host's, and 3.9). The backward's wgmma needs 64-row tiles: they spill on sm80 at any head
-    size and on sm90 at head size 128, which keep 32 (mma.sync). GPUs with about 100 KB of shared
-    memory per block (sm86, sm89, sm120) pipeline 2 stages, not 3: the forward's staged K, V and
-    bias tiles need 128 KB at 3. Their speed is not measured yet (`scripts/gpu_check.sh`'s
-    triton_tiles step times them against other candidates). On CPU (the interpreter): moderate
-    tiles, few programs.
+    On CUDA (``capability``: major * 10 + minor, default the device's), for every mask variant:
+    the largest tiles that spill no registers, fit the GPU's shared memory and, on sm90, use
+    Hopper's wgmma instruction (`benchmarks/compile_triton_rpe.py`, which compiles the kernels as
+    the JIT specializes them, without a GPU; Triton 3.6, the GPU host's, and 3.9).
+
+    The backward gives each program 128 rows on 8 warps, walking the other axis 32 or 64 at a
+    time: two warpgroups then own 64 rows each. (With square 64 x 64 tiles on 8 warps, Triton lays
+    the chained products over 8 warps along the rows, so both warpgroups computed the same rows:
+    up to 1.67x the tensor-core work and, with key padding, every element-wise step twice.) Its
+    64-wide step spills with dropout on sm90, which then walks 32 at a time; sm80 takes 32 (it
+    spills at 64), and at head size 128 keeps square 32 x 32 tiles (128 rows spill there). GPUs
+    with about 100 KB of shared memory per block (sm86, sm89, sm120) pipeline 2 stages, not 3: the
+    forward's staged K, V and bias tiles need 128 KB at 3. Their speed is not measured yet
+    (`scripts/gpu_check.sh`'s triton_tiles step times them against other candidates). On CPU (the
+    interpreter): moderate tiles, few programs.
     """
     if device.type != "cuda":
-        return 32, 32, 32, 4, DEFAULT_STAGES
+        return 32, 32, 32, 4, DEFAULT_STAGES, 4, 32
     if capability is None:
         capability = _capability(device)
     hopper = 90 <= capability < 100
     stages = DEFAULT_STAGES if capability in (80, 87) or 90 <= capability < 120 else 2
     if head_dim <= 64:
-        return 128, 64, 64 if hopper else 32, 8, stages
-    if head_dim <= 128:
-        return 128, 32, 32, 8, stages
-    return 32, 32, 16, 8, stages
+        forward, backward = (128, 64), (128, 64 if hopper and not dropout else 32)
+    elif head_dim <= 128:
+        forward, backward = (128, 32), (128, 32) if hopper else (32, 32)
+    else:
+        forward, backward = (32, 32), (16, 16)
+    return forward + (backward[0], 8, stages, 8, backward[1])
 
 
 def resolve_blocks(blocks) -> tuple:
-    """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward num_warps]]) as the
-    6 integers the kernels take (stages default `DEFAULT_STAGES`, backward warps ``num_warps``),
-    checked: the three blocks are powers of two >= 16 (``tl.dot``, and the dropout mask's 16 x 16
-    groups)."""
+    """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward num_warps[, bwd
+    STEP]]]) as the 7 integers the kernels take, checked. Stages default to `DEFAULT_STAGES`, the
+    backward's warps to ``num_warps``, STEP to BLOCK. The backward kernels give each program BLOCK
+    rows (dK/dV: keys; dQ: queries) and walk the other axis STEP at a time, so their tiles are
+    BLOCK x STEP. Every block is a power of two >= 16 (``tl.dot``, and the dropout mask's 16 x 16
+    groups), and STEP <= BLOCK (dQ's table gradient takes tiles of whole STEP-wide diagonals)."""
     blocks = tuple(int(b) for b in blocks)
     if len(blocks) == 4:
         blocks += (DEFAULT_STAGES,)
     if len(blocks) == 5:
         blocks += (blocks[3],)
-    if len(blocks) != 6 or min(blocks) < 1:
+    if len(blocks) == 6:
+        blocks += (blocks[2],)
+    if len(blocks) != 7 or min(blocks) < 1:
         raise ValueError(f"tiles must be (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, "
-                         f"backward num_warps]]), positive, got {blocks}")
-    if any(b < 16 or b & (b - 1) for b in blocks[:3]):
-        raise ValueError(f"the blocks must be powers of two >= 16 (tl.dot, dropout groups), got {blocks[:3]}")
+                         f"backward num_warps[, bwd STEP]]]), positive, got {blocks}")
+    sizes = blocks[:3] + blocks[6:]
+    if any(b < 16 or b & (b - 1) for b in sizes):
+        raise ValueError(f"the blocks must be powers of two >= 16 (tl.dot, dropout groups), got {sizes}")
+    if blocks[6] > blocks[2]:
+        raise ValueError(f"the backward's STEP ({blocks[6]}) must not exceed its BLOCK ({blocks[2]})")
     return blocks
 
 
@@ -576,7 +600,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         pd = per_distance.detach().to(torch.float32).contiguous()
         kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
-        block_m, block_n, _, warps, stages, _ = blocks
+        block_m, block_n, _, warps, stages, _, _ = blocks
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
@@ -600,7 +624,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         B, H, T, D = q.shape
         S = k.size(2)
         M = (pd.size(1) - 1) // 2
-        _, _, block_bwd, _, stages, warps = blocks
+        _, _, block_bwd, _, stages, warps, step_bwd = blocks
         do = _as_kernel_input(grad_out)
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
         # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
@@ -619,11 +643,11 @@ class _TritonRPEAttention(torch.autograd.Function):
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         _bwd_dkdv_kernel[(triton.cdiv(S, block_bwd), B * H)](
             q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, *strides, *dk.stride()[:3],
-            H, T, S, D, scale, dropout_p, BLOCK=block_bwd, **common)
+            H, T, S, D, scale, dropout_p, BLOCK_N=block_bwd, BLOCK_M=step_bwd, **common)
         _bwd_dq_kernel[(n_blocks, B * H)](
             q, k, v, pd, kpm, seed, do, lse, delta, dq, dtab, *strides, *dq.stride()[:3],
             H, T, S, D, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
-            BLOCK_M=block_bwd, BLOCK_N=block_bwd, **common)
+            BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
         d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2)).to(table_dtype) if table_grad else None
         return dq, dk, dv, d_table, None, None, None, None, None
 
@@ -641,7 +665,7 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         dropout_p: attention-probability dropout (0 in eval).
         scale: multiplier of q k^T.
         blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward
-            num_warps]]), default `default_blocks`.
+            num_warps[, bwd STEP]]]) (`resolve_blocks`), default `default_blocks`.
     Returns:
         (B, H, T, D) in q's dtype.
     """
@@ -656,7 +680,8 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     kpm = None
     if key_padding_mask is not None:
         kpm = key_padding_mask.to(device=q.device, dtype=torch.uint8).contiguous()
-    blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device))
+    blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device,
+                                                                         dropout=dropout_p > 0))
     return _TritonRPEAttention.apply(q, k, v, per_distance, kpm, causal, dropout_p, scale, blocks)
 
 

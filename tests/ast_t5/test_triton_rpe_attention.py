@@ -69,6 +69,7 @@ cpu_only = pytest.mark.skipif(
     reason="CUDA host: the GPU tests cover the compiled kernels" if CUDA else _INTERPRETER_PROBLEM or
     "triton was imported in compiled mode before this module: see test_interpreter_checks_in_a_fresh_process")
 SMALL = (16, 16, 16, 4)  # blocks for the interpreter: several tiles per row at T ~ 40
+RECT = (16, 16, 32, 4, 3, 4, 16)  # the backward on 32 x 16 tiles (BLOCK rows, STEP-wide steps)
 
 
 @pytest.fixture(autouse=True)
@@ -100,15 +101,21 @@ def test_the_interpreter_probe_does_not_skip_the_checks_where_triton_can_run_the
 
 
 def test_tile_tuples_take_optional_stages_and_are_checked():
-    assert tra.resolve_blocks((128, 64, 64, 8)) == (128, 64, 64, 8, tra.DEFAULT_STAGES, 8)
-    assert tra.resolve_blocks([64, 32, 32, 4, 3]) == (64, 32, 32, 4, 3, 4)
-    assert tra.resolve_blocks([128, 64, 64, 8, 3, 4]) == (128, 64, 64, 8, 3, 4)  # backward on 4 warps
-    assert tra.default_blocks(64, torch.device("cuda"), capability=90) == (128, 64, 64, 8, tra.DEFAULT_STAGES)
-    assert tra.default_blocks(64, torch.device("cuda"), capability=80) == (128, 64, 32, 8, tra.DEFAULT_STAGES)
-    assert tra.default_blocks(128, torch.device("cuda"), capability=90) == (128, 32, 32, 8, tra.DEFAULT_STAGES)
-    assert tra.default_blocks(64, torch.device("cuda"), capability=89) == (128, 64, 32, 8, 2)  # ~100 KB shared
+    stages = tra.DEFAULT_STAGES
+    assert tra.resolve_blocks((128, 64, 64, 8)) == (128, 64, 64, 8, stages, 8, 64)
+    assert tra.resolve_blocks([64, 32, 32, 4, 3]) == (64, 32, 32, 4, 3, 4, 32)
+    assert tra.resolve_blocks([128, 64, 64, 8, 3, 4]) == (128, 64, 64, 8, 3, 4, 64)  # backward on 4 warps
+    assert tra.resolve_blocks([128, 64, 128, 8, 3, 8, 32]) == (128, 64, 128, 8, 3, 8, 32)  # 128 x 32 backward
+    cuda = torch.device("cuda")
+    assert tra.default_blocks(64, cuda, capability=90) == (128, 64, 128, 8, stages, 8, 64)
+    assert tra.default_blocks(64, cuda, capability=90, dropout=True) == (128, 64, 128, 8, stages, 8, 32)
+    assert tra.default_blocks(64, cuda, capability=80) == (128, 64, 128, 8, stages, 8, 32)
+    assert tra.default_blocks(128, cuda, capability=90) == (128, 32, 128, 8, stages, 8, 32)
+    assert tra.default_blocks(128, cuda, capability=80) == (128, 32, 32, 8, stages, 8, 32)
+    assert tra.default_blocks(64, cuda, capability=89) == (128, 64, 128, 8, 2, 8, 32)  # ~100 KB shared
     for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9), (8, 32, 32, 4),
-                (128, 48, 32, 4), (128, 64, 64, 8, 3, 0), (128, 64, 64, 8, 3, 4, 1)]:
+                (128, 48, 32, 4), (128, 64, 64, 8, 3, 0), (128, 64, 64, 8, 3, 4, 1), (128, 64, 64, 8, 3, 4, 8),
+                (128, 64, 32, 8, 3, 8, 64), (128, 64, 64, 8, 3, 8, 48), (128, 64, 64, 8, 3, 8, 32, 1)]:
         with pytest.raises(ValueError):
             tra.resolve_blocks(bad)
 
@@ -145,6 +152,10 @@ CASES = [  # (T, S, D, M, causal, padding, blocks)
     (37, 37, 32, 8, True, True, SMALL),     # causal + padding
     (29, 45, 64, 8, False, True, SMALL),    # cross shapes (T != S), padding, D 64
     (37, 37, 8, 40, True, False, None),     # causal without padding, M beyond T, D 8 padded to 16
+    # backward tiles of 32 rows walking 16 at a time: dQ's table gradient over 3 wraps of its diagonals
+    (45, 45, 32, 8, True, True, RECT),      # causal + padding (the dK/dV loop starts at an odd 16-query tile)
+    (29, 53, 32, 12, False, True, RECT),    # cross shapes, padding, band tiles reaching both far ends
+    (40, 40, 16, 4, False, False, (16, 16, 64, 4, 3, 4, 16)),  # 64 x 16: 5 wraps, a one-program backward
 ]
 
 
@@ -165,13 +176,14 @@ def test_forward_and_every_gradient_match_the_fp64_reference(case):
 
 
 @cpu_only
-def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded():
+@pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rectangular-backward"])
+def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks):
     T, S, D, M, p = 37, 41, 32, 8, 0.25
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=True)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
 
     def call(*x):
-        return tra.triton_rpe_attention(*x, key_padding_mask=kpm, dropout_p=p, blocks=SMALL)
+        return tra.triton_rpe_attention(*x, key_padding_mask=kpm, dropout_p=p, blocks=blocks)
 
     torch.manual_seed(5)
     got = fwd_bwd(call, [q, k, v, table], grad)
