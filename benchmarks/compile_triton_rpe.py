@@ -218,7 +218,9 @@ def main(argv=None) -> int:
                    ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd),
                     f"{block_bwd}x{step_bwd}", bwd_warps, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1), TABLE_GRAD=True,
-                                                  BLOCK_M=block_bwd, BLOCK_N=step_bwd), f"{block_bwd}x{step_bwd}",
+                                                  BLOCK_M=block_bwd, BLOCK_N=step_bwd,
+                                                  **tra._band_layout(MAX_DISTANCE, block_bwd, step_bwd)),
+                    f"{block_bwd}x{step_bwd}",
                     bwd_warps, bwd_tile))
         for name, fn, consts, tiles, kernel_warps, tile_elements in kernels:
             t0 = time.time()

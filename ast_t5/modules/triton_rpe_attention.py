@@ -59,14 +59,15 @@ The table gradient d per_distance[h, t] = sum over b and over pairs (i, j) with
 clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dQ kernel, never per element (in
 the dQ kernel, not the dK/dV one, because that one holds two accumulators: there, at 64 x 64
 tiles on sm90, the reduction pushed it past 255 registers into spills; `benchmarks/compile_triton_rpe.py`):
-- a tile whose distances all lie <= -M (or >= +M) adds its whole dS sum to one fp32 scalar of the
-  program (one tile reduction);
+- a tile whose distances all lie <= -M (or >= +M) adds its row sums to one of two fp32 vectors
+  of the program, one value per query row (on the default tiles, whose warps split the rows, a
+  reduction inside each warp: no shared memory, no barrier), summed once at the end;
 - a tile that crosses the band (-M, M) is skewed with one ``tl.gather`` along the key axis (row
   i rotated by i), so that BLOCK / STEP + 1 masked column sums give its BLOCK + STEP - 1 diagonal
-  sums (STEP divides BLOCK: both are powers of two); those are added into the program's fp32
-  accumulator of the 2 M + 1 distances by 1-D gathers (cost per such tile: one BLOCK x STEP
-  gather and BLOCK / STEP + 1 masked reductions, plus O(2 M) each for the accumulator; tiles
-  beyond the band pay nothing);
+  sums (STEP divides BLOCK: both are powers of two). When M is a multiple of STEP (T5's 128 and
+  the paper's 256 are), each of those sums is one row of a (ROWS, STEP) accumulator, selected by
+  a comparison, and the accumulator is written out once at the end; otherwise two 1-D gathers
+  per sum place it into a vector of the 2 M + 1 distances;
 - each program writes its accumulator once to a (B H, query blocks, 2 M + 1) fp32 partial buffer
   (bytes: 4 (2 M + 1) per program, under 1 MB at B16 H12 T1024), which PyTorch sums.
 
@@ -220,34 +221,45 @@ if triton is not None:
         return bits >= dropout_p * 65536.0  # an integer too
 
     @triton.jit
-    def _table_grad_tile(ds, base, tab, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         M: tl.constexpr):
+    def _table_grad_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr):
         """Add the (BLOCK_M, BLOCK_N) tile ``ds`` (query rows, key columns; its (0, 0) element at
-        distance ``base``; BLOCK_M a multiple of BLOCK_N) to the per-distance sums: ``far_lo``
-        (<= -M), ``far_hi`` (>= M), and ``tab`` (entry d + M for -M < d < M).
+        distance ``base``, a multiple of BLOCK_N; BLOCK_M a multiple of BLOCK_N) to the program's
+        per-distance sums (`_bwd_dq_kernel`): ``far_lo`` and ``far_hi`` per query row (distances
+        <= -M, >= M), and the band's distances in ``band`` (ALIGNED: M a multiple of BLOCK_N) or
+        ``tab`` (entry d + M for -M < d < M).
 
-        Row i rotated by i, rot[i, c] = ds[i, (i + c) % BLOCK_N], holds distance c - BLOCK_N w in
-        the elements with w = (i + c) // BLOCK_N: BLOCK_M / BLOCK_N + 1 masked column sums give
-        every diagonal once."""
+        A tile beyond the band adds its row sums (no reduction across warps). A tile crossing it
+        is skewed: row i rotated by i, rot[i, c] = ds[i, (i + c) % BLOCK_N], holds distance
+        base + c - BLOCK_N w in the elements with w = (i + c) // BLOCK_N, so BLOCK_M / BLOCK_N + 1
+        masked column sums give every diagonal once. ALIGNED, diagonal class w of the tile is entry
+        t = c + BLOCK_N (r - BLOCK_M / BLOCK_N) with r = (base + M) / BLOCK_N - w + BLOCK_M /
+        BLOCK_N: one row of ``band``, selected without moving data (the far distances land in its
+        rows t <= 0 and t >= 2 M). Otherwise two 1-D gathers per class place it in ``tab``."""
         if base + BLOCK_N - 1 <= -M:
-            far_lo += tl.sum(tl.sum(ds, 1), 0)
+            far_lo += tl.sum(ds, 1)
         elif base - (BLOCK_M - 1) >= M:
-            far_hi += tl.sum(tl.sum(ds, 1), 0)
+            far_hi += tl.sum(ds, 1)
         else:
             rows = tl.arange(0, BLOCK_M)[:, None]
             cols = tl.arange(0, BLOCK_N)[None, :]
             rot = tl.gather(ds, (rows + cols) % BLOCK_N, 1)
             wraps = (rows + cols) // BLOCK_N
             exact = (t_idx > 0) & (t_idx < 2 * M)
+            first_row = tl.arange(0, BLOCK_M) == 0
             for w in tl.static_range(BLOCK_M // BLOCK_N + 1):
                 diag = tl.sum(tl.where(wraps == w, rot, 0.0), 0)  # diagonal c - BLOCK_N w of the tile
-                d = base + tl.arange(0, BLOCK_N) - BLOCK_N * w
-                far_lo += tl.sum(tl.where(d <= -M, diag, 0.0), 0)
-                far_hi += tl.sum(tl.where(d >= M, diag, 0.0), 0)
-                r = t_idx - M - base + BLOCK_N * w  # the column of ``diag`` holding table entry t
-                got = tl.gather(diag, tl.minimum(tl.maximum(r, 0), BLOCK_N - 1), 0)
-                tab += tl.where(exact & (r >= 0) & (r < BLOCK_N), got, 0.0)
-        return tab, far_lo, far_hi
+                if ALIGNED:
+                    r = (base + M) // BLOCK_N - w + BLOCK_M // BLOCK_N
+                    band += tl.where(tl.arange(0, ROWS)[:, None] == r, diag[None, :], 0.0)
+                else:
+                    d = base + tl.arange(0, BLOCK_N) - BLOCK_N * w
+                    far_lo += tl.where(first_row, tl.sum(tl.where(d <= -M, diag, 0.0), 0), 0.0)
+                    far_hi += tl.where(first_row, tl.sum(tl.where(d >= M, diag, 0.0), 0), 0.0)
+                    r = t_idx - M - base + BLOCK_N * w  # the column of ``diag`` holding table entry t
+                    got = tl.gather(diag, tl.minimum(tl.maximum(r, 0), BLOCK_N - 1), 0)
+                    tab += tl.where(exact & (r >= 0) & (r < BLOCK_N), got, 0.0)
+        return tab, band, far_lo, far_hi
 
     @triton.jit
     def _fwd_kernel(Q, K, V, PD, KPM, SEED, O, LSE,
@@ -383,8 +395,8 @@ if triton is not None:
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                        sg_b, sg_h, sg_t,
                        H, T, S, D, scale, dropout_p,
-                       M: tl.constexpr, TAB: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr,
-                       DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
+                       M: tl.constexpr, TAB: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
+                       HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        PRECISION: tl.constexpr):
         pid_m = tl.program_id(0)
@@ -406,9 +418,11 @@ if triton is not None:
         if DROPOUT:
             seed = tl.load(SEED)
         dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
-        tab = tl.zeros((TAB,), dtype=tl.float32)  # exact distances -M < d < M (entry d + M)
-        far_lo = tl.sum(tl.zeros((BLOCK_M,), dtype=tl.float32), 0)  # distances <= -M
-        far_hi = tl.sum(tl.zeros((BLOCK_M,), dtype=tl.float32), 0)  # distances >= +M
+        # the table gradient's sums (`_table_grad_tile`): per query row beyond the band, per distance in it
+        far_lo = tl.zeros((BLOCK_M,), dtype=tl.float32)  # distances <= -M
+        far_hi = tl.zeros((BLOCK_M,), dtype=tl.float32)  # distances >= +M
+        band = tl.zeros((ROWS, BLOCK_N), dtype=tl.float32)  # ALIGNED: entry c + BLOCK_N (r - BLOCK_M / BLOCK_N)
+        tab = tl.zeros((TAB,), dtype=tl.float32)  # otherwise: exact distances -M < d < M (entry d + M)
         t_idx = tl.arange(0, TAB)
         hi = S
         if CAUSAL:
@@ -433,15 +447,25 @@ if triton is not None:
                 ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
             dq += _dot(ds.to(k.dtype), k, PRECISION)
             if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
-                tab, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, far_lo, far_hi, t_idx,
-                                                       BLOCK_M, BLOCK_N, M)
+                tab, band, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, band, far_lo, far_hi,
+                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED)
         dq = dq * scale
         tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], dq.to(DQ.dtype.element_ty),
                  mask=q_ok)
-        if TABLE_GRAD:
-            tab = tl.where(t_idx == 0, far_lo, tab)
-            tab = tl.where(t_idx == 2 * M, far_hi, tab)
-            tl.store(DTAB + (bh * tl.num_programs(0) + pid_m) * (2 * M + 1) + t_idx, tab, mask=t_idx < 2 * M + 1)
+        if TABLE_GRAD:  # this program's partial sums, one row of DTAB: entries 0 (<= -M) .. 2 M (>= M)
+            out = DTAB + (bh * tl.num_programs(0) + pid_m) * (2 * M + 1)
+            lo = tl.sum(far_lo, 0)
+            hi = tl.sum(far_hi, 0)
+            if ALIGNED:
+                t_band = tl.arange(0, BLOCK_N)[None, :] + BLOCK_N * (tl.arange(0, ROWS)[:, None] - BLOCK_M // BLOCK_N)
+                lo += tl.sum(tl.sum(tl.where(t_band <= 0, band, 0.0), 1), 0)
+                hi += tl.sum(tl.sum(tl.where(t_band >= 2 * M, band, 0.0), 1), 0)
+                tl.store(out + t_band, band, mask=(t_band > 0) & (t_band < 2 * M))
+                tl.store(out + t_idx, tl.where(t_idx == 0, lo, hi), mask=(t_idx == 0) | (t_idx == 2 * M))
+            else:
+                tab = tl.where(t_idx == 0, lo, tab)
+                tab = tl.where(t_idx == 2 * M, hi, tab)
+                tl.store(out + t_idx, tab, mask=t_idx < 2 * M + 1)
 
     @triton.jit
     def _keep_mask_kernel(SEED, OUT, T, S, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
@@ -529,7 +553,8 @@ def default_blocks(head_dim: int, device: torch.device, capability: Optional[int
     64-wide step spills with dropout on sm90, which then walks 32 at a time; sm80 takes 32 (it
     spills at 64), and at head size 128 keeps square 32 x 32 tiles (128 rows spill there). GPUs
     with about 100 KB of shared memory per block (sm86, sm89, sm120) pipeline 2 stages, not 3: the
-    forward's staged K, V and bias tiles need 128 KB at 3. Their speed is not measured yet
+    forward's staged K, V and bias tiles need 128 KB at 3; with dropout their backward walks 16
+    at a time (dQ spills at 32 with causality under Triton 3.6). Their speed is not measured yet
     (`scripts/gpu_check.sh`'s triton_tiles step times them against other candidates). On CPU (the
     interpreter): moderate tiles, few programs.
     """
@@ -540,7 +565,11 @@ def default_blocks(head_dim: int, device: torch.device, capability: Optional[int
     hopper = 90 <= capability < 100
     stages = DEFAULT_STAGES if capability in (80, 87) or 90 <= capability < 120 else 2
     if head_dim <= 64:
-        forward, backward = (128, 64), (128, 64 if hopper and not dropout else 32)
+        if hopper:
+            step = 32 if dropout else 64
+        else:
+            step = 16 if dropout and stages == 2 else 32
+        forward, backward = (128, 64), (128, step)
     elif head_dim <= 128:
         forward, backward = (128, 32), (128, 32) if hopper else (32, 32)
     else:
@@ -571,6 +600,14 @@ def resolve_blocks(blocks) -> tuple:
     if blocks[6] > blocks[2]:
         raise ValueError(f"the backward's STEP ({blocks[6]}) must not exceed its BLOCK ({blocks[2]})")
     return blocks
+
+
+def _band_layout(M: int, block: int, step: int) -> dict:
+    """The dQ kernel's ALIGNED and ROWS (`_table_grad_tile`): with M a multiple of its key step,
+    the band's distances accumulate in a (ROWS, step) tile, ROWS covering 2 (M + block) / step
+    rows (a power of two); otherwise in a vector through gathers (ROWS unused, 1)."""
+    aligned = M % step == 0
+    return dict(ALIGNED=aligned, ROWS=_next_pow2(2 * (M + block) // step) if aligned else 1)
 
 
 def _precision(dtype: torch.dtype) -> str:
@@ -647,6 +684,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         _bwd_dq_kernel[(n_blocks, B * H)](
             q, k, v, pd, kpm, seed, do, lse, delta, dq, dtab, *strides, *dq.stride()[:3],
             H, T, S, D, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
+            **_band_layout(M, block_bwd, step_bwd),
             BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
         d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2)).to(table_dtype) if table_grad else None
         return dq, dk, dv, d_table, None, None, None, None, None

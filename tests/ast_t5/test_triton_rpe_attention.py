@@ -113,6 +113,8 @@ def test_tile_tuples_take_optional_stages_and_are_checked():
     assert tra.default_blocks(128, cuda, capability=90) == (128, 32, 128, 8, stages, 8, 32)
     assert tra.default_blocks(128, cuda, capability=80) == (128, 32, 32, 8, stages, 8, 32)
     assert tra.default_blocks(64, cuda, capability=89) == (128, 64, 128, 8, 2, 8, 32)  # ~100 KB shared
+    assert tra.default_blocks(64, cuda, capability=86, dropout=True) == (128, 64, 128, 8, 2, 8, 16)
+    assert tra.default_blocks(64, cuda, capability=80, dropout=True) == (128, 64, 128, 8, stages, 8, 32)
     for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9), (8, 32, 32, 4),
                 (128, 48, 32, 4), (128, 64, 64, 8, 3, 0), (128, 64, 64, 8, 3, 4, 1), (128, 64, 64, 8, 3, 4, 8),
                 (128, 64, 32, 8, 3, 8, 64), (128, 64, 64, 8, 3, 8, 48), (128, 64, 64, 8, 3, 8, 32, 1)]:
@@ -152,10 +154,13 @@ CASES = [  # (T, S, D, M, causal, padding, blocks)
     (37, 37, 32, 8, True, True, SMALL),     # causal + padding
     (29, 45, 64, 8, False, True, SMALL),    # cross shapes (T != S), padding, D 64
     (37, 37, 8, 40, True, False, None),     # causal without padding, M beyond T, D 8 padded to 16
+    (37, 37, 32, 16, False, True, SMALL),   # M a multiple of the key step: the band's tile accumulator
     # backward tiles of 32 rows walking 16 at a time: dQ's table gradient over 3 wraps of its diagonals
-    (45, 45, 32, 8, True, True, RECT),      # causal + padding (the dK/dV loop starts at an odd 16-query tile)
-    (29, 53, 32, 12, False, True, RECT),    # cross shapes, padding, band tiles reaching both far ends
-    (40, 40, 16, 4, False, False, (16, 16, 64, 4, 3, 4, 16)),  # 64 x 16: 5 wraps, a one-program backward
+    (45, 45, 32, 16, True, True, RECT),     # causal + padding (the dK/dV loop starts at an odd 16-query tile)
+    (29, 53, 32, 12, False, True, RECT),    # cross shapes, padding, band tiles reaching both far ends (gathers)
+    (61, 67, 32, 16, False, True, RECT),    # the same with the tile accumulator
+    (40, 40, 16, 16, False, False, (16, 16, 64, 4, 3, 4, 16)),  # 64 x 16: 5 wraps, a one-program backward
+    (40, 40, 16, 4, True, False, (16, 16, 64, 4, 3, 4, 16)),    # and with gathers, causal
 ]
 
 
