@@ -16,10 +16,12 @@
 # Steps, each under `timeout`, inside one overall budget per call (GPU_CHECK_BUDGET_S, default 520 s,
 # so that a call fits 10 minutes with the environment set-up):
 #   build            the fused_ops CUDA extension in place                       -> build.log
+#   bench_attention  bench_attention.py --device cuda at T = S = 1024 (the issue's
+#                    shape): every backend, dropout 0 and 0.1, padding or not     -> attention.log
+#   triton_tiles     the triton backend's tile candidates against sdpa, 1024 first -> attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA tests
 #                    (fast paths really ran, GPU numerics, gradients)             -> tests.log
-#   bench_attention  bench_attention.py --device cuda: every backend, 1024 first   -> attention.log
-#   triton_tiles     the triton backend's tile candidates against sdpa            -> attention.log
+#   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048           -> attention.log
 #   recipe           bench_recipe.py --device cuda: fairseq-hydra-train base +
 #                    single_gpu, 200 updates on the default corpus (MFU, memory,
 #                    OOM recoveries)                                              -> recipe.log
@@ -30,8 +32,9 @@
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU)     -> bench_model.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base step with
 #                    auto vs each single backend at dropout 0 and 0.1, and HF     -> bench_model.log
-# GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build attention_tests
-# bench_attention triton_tiles; train = recipe bench_train (no build: neither needs the fused_ops
+# GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build bench_attention
+# triton_tiles attention_tests bench_attention_lengths (the open targets' figures first, so that the
+# budget cuts the least needed); train = recipe bench_train (no build: neither needs the fused_ops
 # extension, and the two fill the budget); rest = build other_tests norm_ffn
 # bench_model; all (the default) = every step in the order above (the budget cuts the last ones).
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures
@@ -48,15 +51,15 @@ OUTDIR=$(cd "$OUTDIR" && pwd)
 cd "$(dirname "$0")/.."
 PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
-ALL_STEPS="build attention_tests bench_attention triton_tiles recipe bench_train other_tests norm_ffn bench_model"
+ALL_STEPS="build bench_attention triton_tiles attention_tests bench_attention_lengths recipe bench_train other_tests norm_ffn bench_model"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
     all) STEPS="$STEPS $ALL_STEPS" ;;
-    attention) STEPS="$STEPS build attention_tests bench_attention triton_tiles" ;;
+    attention) STEPS="$STEPS build bench_attention triton_tiles attention_tests bench_attention_lengths" ;;
     train) STEPS="$STEPS recipe bench_train" ;;
     rest) STEPS="$STEPS build other_tests norm_ffn bench_model" ;;
-    build|attention_tests|bench_attention|triton_tiles|recipe|bench_train|other_tests|norm_ffn|bench_model) STEPS="$STEPS $step" ;;
+    build|bench_attention|triton_tiles|attention_tests|bench_attention_lengths|recipe|bench_train|other_tests|norm_ffn|bench_model) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train rest; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -136,12 +139,15 @@ run build 120 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext 
 # the suite in two parts, one per call: the attention files (whole files, so that their CPU tests
 # run too) and everything else
 ATTENTION_TESTS="tests/ast_t5/test_model_attention.py tests/ast_t5/test_triton_rpe_attention.py tests/fused_ops"
-# shellcheck disable=SC2086
-run attention_tests 170 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
-run bench_attention 200 attention.log "$PY" benchmarks/bench_attention.py --device cuda --json "$WORK/attention.json"
+run bench_attention 120 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
+  --json "$WORK/attention.json"
 # shellcheck disable=SC2086
 run triton_tiles 120 attention.log "$PY" benchmarks/bench_attention.py --device cuda --backends sdpa triton \
   --lengths 1024 2048 512 --padding padded --triton-blocks $TRITON_TILES --json "$WORK/attention_tiles.json"
+# shellcheck disable=SC2086
+run attention_tests 170 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
+run bench_attention_lengths 150 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 512 2048 \
+  --json "$WORK/attention_lengths.json"
 run recipe 260 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout 225 --work "$WORK" \
   --log "$OUTDIR/recipe.log" --json "$WORK/recipe.json"
 run bench_train 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile --json "$WORK/train.json"
@@ -175,7 +181,8 @@ def read(name):
 tests = read("tests.log")
 figures["pytest_summaries"] = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", tests, re.M)
 figures["pytest_failures"] = re.findall(r"^FAILED (\S+)", tests, re.M)
-for name in ("train.json", "attention.json", "attention_tiles.json", "recipe.json", "model.json"):
+for name in ("train.json", "attention.json", "attention_tiles.json", "attention_lengths.json", "recipe.json",
+             "model.json"):
     path = os.path.join(work, name)
     if os.path.exists(path):
         try:
