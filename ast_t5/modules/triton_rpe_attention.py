@@ -43,9 +43,9 @@ tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the e
 
 Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
 - dK/dV: one program per (key block of BLOCK keys, batch x head) looping over queries STEP at
-  a time, on transposed tiles (keys as rows): it recomputes P^T = exp(K Q^T + bias - lse), dV += P_drop^T dO,
-  dP^T = V dO^T (dropout mask applied), dS^T = P^T (dP^T - delta) with delta = rowsum(dO * O)
-  (computed by PyTorch beforehand), dK += dS^T Q. K and V are staged into shared memory once and
+  a time, on transposed tiles (keys as rows): it recomputes P^T = exp(K Q^T + bias - lse),
+  dV += P_drop^T dO, dP^T = V dO^T (dropout mask applied), dS^T = P^T (dP^T - delta) with
+  delta = rowsum(dO * O) (computed by PyTorch beforehand), dK += dS^T Q. K and V are staged into shared memory once and
   every product's left operand is either them or a tile already in registers; in the untransposed
   form, K and V are re-staged and P and dS transposed through shared memory on every iteration.
 - dQ: one program per (query block of BLOCK queries, batch x head) looping over keys STEP at a
