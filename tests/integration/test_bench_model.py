@@ -27,6 +27,7 @@ def test_backends_that_ran_auto_s_kernels_are_named_and_still_timed():
                                 on_dropout=lambda figures: saved.append(json.loads(json.dumps(figures))))
     assert [sorted(f["by_dropout"]) for f in saved] == [["dropout 0"], ["dropout 0", "dropout 0.1"]]
     assert saved[-1] == json.loads(json.dumps(out))  # the JSON gpu_check embeds
+    assert bench_model.failed_models(out) == []
     for dropout in ("dropout 0", "dropout 0.1"):
         rows = out["by_dropout"][dropout]["rows"]
         assert set(rows) == {"ours[auto]", "ours[sdpa]", "ours[flex]", "hf"}
@@ -79,6 +80,7 @@ def test_a_model_whose_first_step_fails_is_left_out_with_its_error(monkeypatch):
                                                                                           "shared memory"))}
     assert result["best_single"] == "ours[sdpa]" and rows["ours[sdpa]"]["ms"] > 0 and rows["hf"]["ms"] > 0
     assert math.isclose(result["auto_vs_best"], rows["ours[auto]"]["ms"] / rows["ours[sdpa]"]["ms"] - 1)
+    assert bench_model.failed_models(out) == ["dropout 0: ours[torch]"]  # --device cuda then exits 1
 
 
 def test_the_comparison_runs_every_model_compiled_as_the_recipes_train():
