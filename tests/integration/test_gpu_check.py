@@ -1,0 +1,89 @@
+"""scripts/gpu_check.sh: usage errors, its plan under a budget, and resuming a call on a warm machine.
+
+Only its dry run (GPU_CHECK_DRY_RUN=1) runs here: it plans every step as a GPU call would, charging
+each step its whole limit, and writes figures.json, without running any step or touching the tree.
+"""
+import json
+import os
+import subprocess
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_check.sh")
+
+
+def gpu_check(out, **env):
+    env = dict(os.environ, **{k: str(v) for k, v in env.items()})
+    return subprocess.run(["bash", SCRIPT, str(out)], env=env, capture_output=True, text=True)
+
+
+def plan(tmp_path, **env):
+    """A dry run: its exit status, the steps' statuses in order and what it printed."""
+    out = tmp_path / "out"
+    proc = gpu_check(out, GPU_CHECK_DRY_RUN=1, GPU_CHECK_STATE=tmp_path / "state", **env)
+    with open(out / "figures.json", encoding="utf-8") as f:
+        steps = json.load(f)["steps"]
+    return proc.returncode, [(name, s["exit"]) for name, s in steps.items()], proc.stdout, steps
+
+
+def test_usage_errors_exit_2_before_any_work(tmp_path):
+    proc = gpu_check(tmp_path / "out", GPU_CHECK_STEPS="attention bogus")
+    assert proc.returncode == 2 and "unknown step 'bogus'" in proc.stderr
+    assert "groups: all attention train;" in proc.stderr and "recipe" in proc.stderr
+    assert not os.listdir(tmp_path / "out")  # nothing ran
+    proc = gpu_check(tmp_path / "out", GPU_CHECK_BUDGET_S="9m")
+    assert proc.returncode == 2 and "whole number of seconds" in proc.stderr
+    proc = subprocess.run(["bash", SCRIPT], capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="attention", GPU_CHECK_BUDGET_S=10000)
+    assert rc == 0 and steps == [(name, "planned") for name in (
+        "build", "bench_attention", "triton_tiles", "attention_tests", "bench_model", "bench_attention_lengths")]
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=10000)
+    assert rc == 0 and [name for name, _ in steps] == ["build", "recipe", "bench_train", "other_tests", "norm_ffn"]
+    # a step named twice (a group and itself) runs once, in the script's order
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="norm_ffn train build", GPU_CHECK_BUDGET_S=10000)
+    assert [name for name, _ in steps] == ["build", "recipe", "bench_train", "other_tests", "norm_ffn"]
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the attention one first
+    assert len(steps) == 10 and steps[0][0] == "build" and steps[1][0] == "bench_attention"
+    assert steps[-1][0] == "norm_ffn"
+
+
+def test_a_step_the_budget_cannot_fit_is_skipped_and_a_shorter_one_after_it_still_runs(tmp_path):
+    # recipe (cap 260) leaves 40 s: bench_train (needs 150) is skipped, norm_ffn (needs 30) runs in 40
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe bench_train norm_ffn", GPU_CHECK_BUDGET_S=300)
+    assert steps == [("recipe", "planned"), ("bench_train", "skipped"), ("norm_ffn", "planned")]
+    assert rc == 1 and "bench_train: skipped (needs 150s, 40s of the budget left)" in out
+    assert "norm_ffn (cap 45s, min 30s, limit 40s)" in out
+    # the recipe stops its own training 35 s before its step's limit, to report what it has
+    assert "bench_recipe.py --device cuda --timeout 225 " in out
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe", GPU_CHECK_BUDGET_S=200)
+    assert "--timeout 165 " in out and steps == [("recipe", "planned")]
+
+
+def test_resume_leaves_out_what_an_earlier_call_finished_but_reruns_a_step_the_budget_cut(tmp_path):
+    (tmp_path / "state").write_text(
+        "build 0 21 60 60\n"  # name exit seconds limit cap
+        "recipe 124 120 120 260\n"  # cut by the budget (limit < cap): run again
+        "bench_train 124 240 240 240\n"  # timed out at its own cap: a rerun would too
+        "other_tests 1 200 360 360\n"  # failed: the failure stands, not rerun
+    )
+    rc, steps, out, figures = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_RESUME=1, GPU_CHECK_BUDGET_S=1000)
+    assert steps == [("build", "earlier"), ("recipe", "planned"), ("bench_train", "earlier"),
+                     ("other_tests", "earlier"), ("norm_ffn", "planned")]
+    assert [figures[n]["earlier_exit"] for n in ("build", "bench_train", "other_tests")] == [0, 124, 1]
+    assert "build: finished in an earlier call" in out
+    # the earlier failures still count: the call does not report them as passed
+    assert rc == 1 and "failed or skipped: bench_train (in the earlier call), other_tests (in the earlier call)" in out
+    (tmp_path / "state").write_text("build 0 21 60 60\n")
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="build norm_ffn", GPU_CHECK_RESUME=1)
+    assert rc == 0 and steps == [("build", "earlier"), ("norm_ffn", "planned")]
+    # without GPU_CHECK_RESUME the record is not read
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=1000)
+    assert all(status == "planned" for _, status in steps)
+
+
+def test_a_dry_run_leaves_the_record_of_finished_steps_alone(tmp_path):
+    (tmp_path / "state").write_text("build 0 21 60 60\n")
+    plan(tmp_path, GPU_CHECK_STEPS="train")
+    assert (tmp_path / "state").read_text() == "build 0 21 60 60\n"
