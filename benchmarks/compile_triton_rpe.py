@@ -3,7 +3,13 @@ for each kernel what decides its speed there: registers, spill stack, shared mem
 matrix-multiply instructions it uses (``wgmma``: Hopper's warpgroup MMA; ``mma``: the Ampere
 instruction, about half of Hopper's rate) and whether its loop's loads are software-pipelined
 (``cp.async`` or TMA copies into shared memory), and ``conv``: how many register tiles its loops
-send through shared memory per iteration (`loop_conversions`). Triton ships ptxas and cuobjdump.
+send through shared memory per iteration (`loop_conversions`), ``ex2``: whether its
+exponentials are single instructions (`instructions`), and ``i/el``: the machine instructions of
+its main loop per tile element a thread holds (`loop_instructions`; an H100 SM issues 128 lanes
+of instructions per cycle against 2048 bf16 multiply-adds, and at D 64 an element costs 128
+multiply-adds in the forward, 256 in dK/dV: above about 8 and 16 instructions per element, the
+issue of the element-wise work bounds the loop, not the tensor cores). Triton ships ptxas and
+cuobjdump.
 
     python benchmarks/compile_triton_rpe.py                      # sm80 + sm90, D 32/64/128, every variant
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
@@ -128,7 +134,10 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
     elements of the one tile a backward kernel exponentiates per iteration and its warps, ``dup``:
     the ``ex2`` instructions per thread over the tile's elements per thread (1: each element's
     work done once; 2: Triton's layout replicates the tile over two warp groups, so every
-    element-wise operation, and the products in that layout, run twice)."""
+    element-wise operation, and the products in that layout, run twice), and ``ex2``: ``ftz`` when
+    every exponential is the one-instruction ``ex2.approx.ftz`` (what ``tl.exp2`` gives), ``full``
+    when some is the full-range ``ex2.approx.f32`` (what ``tl.exp`` gives: a multiply by log2(e)
+    plus a compare and two multiplies around the MUFU instruction for subnormals)."""
     ptx = kernel.asm["ptx"]
     if re.search(r"\bwgmma\.mma_async", ptx):
         mma = "wgmma"
@@ -140,7 +149,9 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
     dup = None
     if tile_elements and num_warps:
         dup = len(re.findall(r"\bex2\.approx", ptx)) / (tile_elements / (32 * num_warps))
-    return dict(mma=mma, pipelined=pipelined, dup=dup)
+    ex2 = "full" if re.search(r"\bex2\.approx\.f32\b", ptx) else "ftz" if re.search(r"\bex2\.approx\.ftz", ptx) \
+        else "-"
+    return dict(mma=mma, pipelined=pipelined, dup=dup, ex2=ex2)
 
 
 def loop_conversions(ttgir: str) -> int:
@@ -171,8 +182,22 @@ def loop_conversions(ttgir: str) -> int:
     return count
 
 
-def resources(kernel) -> dict:
-    """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
+def loop_instructions(sass: str) -> int:
+    """Machine instructions in the body of the largest loop of a ``cuobjdump -sass`` listing: the
+    span from a backward branch's target to the branch, all its blocks counted (the branches taken
+    on some iterations only, such as the dQ kernel's tile crossing the band, included). 0 when
+    the listing has no loop."""
+    code = [(int(addr, 16), text.strip()) for addr, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
+    largest = 0
+    for addr, text in code:
+        target = re.search(r"\bBRA\b(?:\.\w+)*\s+(?:`\()?0x([0-9a-f]+)", text)
+        if target and int(target.group(1), 16) < addr:
+            start = int(target.group(1), 16)
+            largest = max(largest, sum(start <= a <= addr for a, _ in code))
+    return largest
+
+
+def _cuobjdump(kernel, flag: str) -> str:
     import triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -180,8 +205,12 @@ def resources(kernel) -> dict:
         path = os.path.join(tmp, "k.cubin")
         with open(path, "wb") as f:
             f.write(kernel.asm["cubin"])
-        out = subprocess.run([tool, "--dump-resource-usage", path], capture_output=True, text=True).stdout
-    found = re.search(r"REG:(\d+) STACK:(\d+)", out)
+        return subprocess.run([tool, flag, path], capture_output=True, text=True).stdout
+
+
+def resources(kernel) -> dict:
+    """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
+    found = re.search(r"REG:(\d+) STACK:(\d+)", _cuobjdump(kernel, "--dump-resource-usage"))
     return dict(regs=int(found.group(1)) if found else None, stack=int(found.group(2)) if found else None,
                 shared=kernel.metadata.shared)
 
@@ -195,11 +224,12 @@ def main(argv=None) -> int:
     if tra.triton is None:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
-    spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = 0
+    spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = full_exp = 0
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
           f"(B, {args.heads}, {args.length}, D) tensors")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
-          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'dup':>4} {'conv':>4} {'s':>5}")
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'dup':>4} {'conv':>4} {'ex2':<4} "
+          f"{'i/el':>5} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
@@ -214,20 +244,22 @@ def main(argv=None) -> int:
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
         bwd_tile = block_bwd * step_bwd
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}",
-                    warps, 0),
+                    warps, 0, block_m * block_n),
                    ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd),
-                    f"{block_bwd}x{step_bwd}", bwd_warps, bwd_tile),
+                    f"{block_bwd}x{step_bwd}", bwd_warps, bwd_tile, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1), TABLE_GRAD=True,
                                                   BLOCK_M=block_bwd, BLOCK_N=step_bwd,
                                                   **tra._band_layout(MAX_DISTANCE, block_bwd, step_bwd)),
                     f"{block_bwd}x{step_bwd}",
-                    bwd_warps, bwd_tile))
-        for name, fn, consts, tiles, kernel_warps, tile_elements in kernels:
+                    bwd_warps, bwd_tile, bwd_tile))
+        for name, fn, consts, tiles, kernel_warps, tile_elements, loop_tile in kernels:
             t0 = time.time()
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, stages, ints)
             info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps),
-                        conv=loop_conversions(kernel.asm["ttgir"]))
+                        conv=loop_conversions(kernel.asm["ttgir"]),
+                        per_element=loop_instructions(_cuobjdump(kernel, "-sass")) / (loop_tile / (32 * kernel_warps)))
             duplicated += (info["dup"] or 0) > 1.01
+            full_exp += info["ex2"] == "full"
             spills += bool(info["stack"])
             too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
             unpipelined += not info["pipelined"]
@@ -236,13 +268,15 @@ def main(argv=None) -> int:
             dup = "-" if info["dup"] is None else f"{info['dup']:.1f}"
             print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {config:<14} "
                   f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {info['mma']:<5} "
-                  f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {time.time() - t0:>5.1f}",
+                  f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {info['ex2']:<4} "
+                  f"{info['per_element']:>5.1f} {time.time() - t0:>5.1f}",
                   flush=True)
     print(f"{spills} kernel(s) with a spill stack")
     print(f"{unpipelined} kernel(s) without pipelined loads")
     print(f"{ampere_mma_on_hopper} sm90 kernel(s) without wgmma")
     print(f"{too_much_shared} kernel(s) needing more shared memory than their GPU has")
     print(f"{duplicated} backward kernel(s) doing their element-wise work more than once (dup > 1)")
+    print(f"{full_exp} kernel(s) with full-range exponentials (ex2 full: about 4 more instructions per element)")
     return 0
 
 

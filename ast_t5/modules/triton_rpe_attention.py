@@ -18,6 +18,12 @@ Splitting the key loop in three instead, so the outer loops add a scalar without
 registers at head size 128: `benchmarks/compile_triton_rpe.py`, BENCHMARKS.md.) No (T, S) or
 (B, H, T, S) tensor is ever built.
 
+Every kernel keeps the scores in log2 units, s = log2(e) (scale q k^T + bias): the per-distance
+vector is multiplied by log2(e) once per call (2 M + 1 floats per head), the products by
+log2(e) scale inside the kernels, and the log-sum-exp is saved as log2, so that every
+probability is a single exp2 (`LOG2E`). The gradients are those of the natural-unit scores, as
+before: the change of units costs nothing on them.
+
 Masks: key padding is a (B, S) byte vector loaded per key tile; causality compares indices;
 out-of-range rows and columns of partial tiles are masked. A query row whose keys are all masked
 gets a zero output and zero gradients (FlashAttention's convention; the dense backends give a
@@ -43,7 +49,7 @@ tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the e
 
 Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
 - dK/dV: one program per (key block of BLOCK keys, batch x head) looping over queries STEP at
-  a time, on transposed tiles (keys as rows): it recomputes P^T = exp(K Q^T + bias - lse),
+  a time, on transposed tiles (keys as rows): it recomputes P^T = exp2(K Q^T + bias - lse) (log2 units),
   dV += P_drop^T dO, dP^T = V dO^T (dropout mask applied), dS^T = P^T (dP^T - delta) with
   delta = rowsum(dO * O) (computed by PyTorch beforehand), dK += dS^T Q. K and V are staged into shared memory once and
   every product's left operand is either them or a tile already in registers; in the untransposed
@@ -90,6 +96,7 @@ Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED
 that on hosts without CUDA. Speed is not measured yet: `benchmarks/bench_attention.py --device
 cuda` has its row (BENCHMARKS.md); until it beats flex/sdpa there, ``auto`` does not pick it.
 """
+import math
 import os
 from typing import Optional
 
@@ -127,6 +134,12 @@ KERNEL_ERRORS = (RuntimeError,) + _triton_error_types()
 # Whether the kernels below were decorated in interpreter mode (decided by Triton at import time).
 INTERPRETED = bool(triton is not None and (_knobs.runtime.interpret or os.environ.get("TRITON_INTERPRET") == "1"))
 
+# scores are kept in log2 units, s = log2(e) (scale q k^T + bias), so that each probability is one
+# exp2: Triton lowers tl.exp2 to ex2.approx.ftz, one MUFU instruction, where tl.exp multiplies by
+# log2(e) and adds the full-range ex2's subnormal handling (a compare and two multiplies), about
+# four more instructions per element in each kernel (`benchmarks/compile_triton_rpe.py`, ``ex2``)
+LOG2E = math.log2(math.e)
+
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
                        per_distance: torch.Tensor) -> Optional[str]:
@@ -153,6 +166,8 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 
 if triton is not None:
+    _LOG2E = tl.constexpr(LOG2E)
+
     @triton.jit
     def _dot(a, b, PRECISION: tl.constexpr):
         """a @ b with fp32 accumulation. PRECISION "upcast": in fp32 (Triton's interpreter
@@ -280,6 +295,7 @@ if triton is not None:
                     mask=(offs_m[:, None] < T) & d_ok, other=0.0)
         pd_row = PD + h * (2 * M + 1)
         kpm_ptr = KPM + b * S
+        qk_scale = scale * _LOG2E  # scores in log2 units (module docstring), PD already is
         seed = 0
         if DROPOUT:
             seed = tl.load(SEED)
@@ -293,7 +309,7 @@ if triton is not None:
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < S) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION) * scale
+            s = _dot(q, tl.trans(k), PRECISION) * qk_scale
             s += _tile_bias(pd_row, offs_m, offs_n, M)
             if HAS_KPM:
                 s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
@@ -301,8 +317,8 @@ if triton is not None:
                 s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.exp(s - m_safe[:, None])
-            alpha = tl.exp(m_i - m_safe)
+            p = tl.exp2(s - m_safe[:, None])
+            alpha = tl.exp2(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, 1)
             if DROPOUT:
                 keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
@@ -314,7 +330,7 @@ if triton is not None:
         out = acc / tl.where(has_key, l_i, 1.0)[:, None]
         tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], out.to(O.dtype.element_ty),
                  mask=(offs_m[:, None] < T) & d_ok)
-        lse = tl.where(has_key, m_i + tl.log(tl.where(has_key, l_i, 1.0)), float("inf"))
+        lse = tl.where(has_key, m_i + tl.log2(tl.where(has_key, l_i, 1.0)), float("inf"))  # log2 units
         tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
     @triton.jit
@@ -342,6 +358,7 @@ if triton is not None:
         v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
         pd_row = PD + h * (2 * M + 1)
         kpm_ptr = KPM + b * S
+        qk_scale = scale * _LOG2E
         key_ok = offs_n < S
         if HAS_KPM:
             key_ok = key_ok & (tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1) == 0)
@@ -361,10 +378,10 @@ if triton is not None:
                          mask=(offs_m[:, None] < T) & d_ok, other=0.0)
             lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
             delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
-            s_t = _dot(k, q_t, PRECISION) * scale  # (keys, queries)
+            s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
             dist = offs_n[:, None] - offs_m[None, :]  # key - query
             s_t += tl.load(pd_row + tl.minimum(tl.maximum(dist, -M), M) + M)  # `_tile_bias`, transposed
-            p_t = tl.exp(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
+            p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
                 valid = key_ok[:, None] & (offs_m[None, :] < T)
                 if CAUSAL:
@@ -414,6 +431,7 @@ if triton is not None:
         delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
         pd_row = PD + h * (2 * M + 1)
         kpm_ptr = KPM + b * S
+        qk_scale = scale * _LOG2E
         seed = 0
         if DROPOUT:
             seed = tl.load(SEED)
@@ -432,9 +450,9 @@ if triton is not None:
             kv_ok = (offs_n[:, None] < S) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION) * scale
+            s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units
             s += _tile_bias(pd_row, offs_m, offs_n, M)
-            p = tl.exp(s - lse[:, None])  # 0 for queries past T (lse = +inf)
+            p = tl.exp2(s - lse[:, None])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
                 p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
@@ -634,7 +652,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         S = k.size(2)
         M = (per_distance.size(1) - 1) // 2
         q, k, v = _as_kernel_input(q), _as_kernel_input(k), _as_kernel_input(v)
-        pd = per_distance.detach().to(torch.float32).contiguous()
+        pd = (per_distance.detach().to(torch.float32) * LOG2E).contiguous()  # log2 units (module docstring)
         kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
         block_m, block_n, _, warps, stages, _, _ = blocks

@@ -410,7 +410,8 @@ def test_kernels_compile_for_hopper_as_the_jit_does_without_spills_on_wgmma_with
     bundled ptxas, no GPU needed; in a process without TRITON_INTERPRET), specialized as the JIT
     specializes them, and the default tiles of the most involved variant (padding + dropout, and
     the table gradient) spill no registers, run their matrix products on wgmma and pipeline their
-    loads, and the forward's loop has no layout conversion through shared memory."""
+    loads, the forward's loop has no layout conversion through shared memory, and every
+    exponential is a single ex2 instruction."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
@@ -422,8 +423,11 @@ def test_kernels_compile_for_hopper_as_the_jit_does_without_spills_on_wgmma_with
     assert {line[8] for line in lines} == {"wgmma"} and {line[9] for line in lines} == {"yes"}, proc.stdout
     # the forward's loop sends no tile through shared memory (the bias is staged asynchronously)
     assert [line[11] for line in lines if line[3] == "fwd"] == ["0"], proc.stdout
+    # every exponential is one ex2.approx.ftz (scores in log2 units, tl.exp2), in all three kernels
+    assert {line[12] for line in lines} == {"ftz"}, proc.stdout
     for summary in ("0 kernel(s) with a spill stack", "0 kernel(s) without pipelined loads",
-                    "0 sm90 kernel(s) without wgmma", "0 kernel(s) needing more shared memory"):
+                    "0 sm90 kernel(s) without wgmma", "0 kernel(s) needing more shared memory",
+                    "0 kernel(s) with full-range exponentials"):
         assert summary in proc.stdout, proc.stdout
 
 
@@ -489,6 +493,29 @@ tensor<64x64xbf16, #ttg.dot_op<{opIdx = 0, parent = #mma, kWidth = 2}>> loc(#loc
     assert count(ttgir) == 3  # %b (blocked -> mma), %d (another MMA layout's operand), %f (a tile stored)
     same_parent = ttgir.replace("parent = #mma, kWidth = 2}>> loc(#loc4)", "parent = #mma1, kWidth = 2}>> loc(#loc4)")
     assert count(same_parent) == 2
+
+
+def test_loop_instructions_counts_the_largest_loop_body_of_a_sass_listing():
+    """The compile check's ``i/el`` column: the instructions from a backward branch's target to
+    the branch (both included), the largest such loop, its inner branches counted."""
+    count = load_benchmark("compile_triton_rpe").loop_instructions
+    sass = """
+        /*0000*/                   LDC R1, c[0x0][0x28] ;                  /* 0x00000a00ff017b82 */
+        /*0010*/                   S2R R0, SR_TID.X ;                      /* 0x0000000000007919 */
+        /*0020*/                   FFMA R2, R3, R4, R5 ;                   /* 0x0000000403027223 */
+        /*0030*/              @!P0 BRA 0x60 ;                              /* 0x0000000000088947 */
+        /*0040*/                   MUFU.EX2 R6, R2 ;                       /* 0x0000000200067308 */
+        /*0050*/                   FADD R7, R6, R7 ;                       /* 0x0000000706077221 */
+        /*0060*/                   ISETP.GE.AND P1, PT, R8, R9, PT ;       /* 0x000000090800720c */
+        /*0070*/              @!P1 BRA `(.L_x_1) ;                         /* 0x0000000000008947 */
+        /*0080*/               @P1 BRA 0x20 ;                              /* 0xffffffffff941947 */
+        /*0090*/                   HGMMA.64x64x16.F32.BF16 R24, gdesc[UR4], R24 ;  /* 0x0000000004187df0 */
+        /*00a0*/                   BRA 0x90 ;                              /* 0xfffffffc00fc7947 */
+        /*00b0*/                   EXIT ;                                  /* 0x000000000000794d */
+    """
+    assert count(sass) == 7  # 0x20 .. 0x80; the 2-instruction loop at 0x90 is smaller
+    assert count(sass.replace("@P1 BRA 0x20", "@P1 BRA 0xb0")) == 2  # a forward branch is no loop
+    assert count("") == 0
 
 
 # --------------------------------------------------------------------------------------- GPU
