@@ -93,8 +93,10 @@ def _signature(fn, dtype, consts):
 
 def call_integers(head_dim: int, length: int, heads: int) -> dict:
     """The integer arguments of a call on contiguous (B, H, L, D) q, k, v (and outputs): strides
-    named s<tensor>_<b|h|t> (q, k, v, o, d: dO, g: the gradient written), H, T, S, D."""
-    ints = dict(H=heads, T=length, S=length, D=head_dim)
+    named s<tensor>_<b|h|t> (q, k, v, o, d: dO, g: the gradient written), H, T, S, D, and the bias
+    rows' length and offset (`_bias_rows`)."""
+    ints = dict(H=heads, T=length, S=length, D=head_dim,
+                pd_len=2 * length - 1 + 2 * 128, pd_off=length - 1 + 128)  # `_bias_rows` at 128-row tiles
     for tensor in "qkvodg":
         ints.update({f"s{tensor}_b": heads * length * head_dim, f"s{tensor}_h": length * head_dim,
                      f"s{tensor}_t": head_dim})

@@ -9,9 +9,11 @@ the FlashAttention-2 paper (Dao, 2023): no code of other projects is copied.
 
 Forward (one program per (query block, batch x head)): loops over key blocks with an online
 softmax (running max and sum in fp32), saves the log-sum-exp per query row for the backward. The
-bias is read from the (H, 2 M + 1) vector (`_tile_bias`): a clamped gather load per tile
-(L1-resident, 2 M + 1 floats, contiguous along a row), loaded unconditionally so that Triton's
-pipeliner stages it into shared memory ahead of use, like K and V. (Until 2026-11-23 a tile whose
+bias is gathered per tile (`_tile_bias`) from one row per head that holds every distance of the
+call, unclamped (`_bias_rows`: (H, T + S - 1 + 2 pad) floats built per call from the (H, 2 M + 1)
+vector; until 2026-11-25 the kernels clamped each element's index into that vector, about 4.5
+more instructions per element), loaded unconditionally so that Triton's pipeliner stages it
+into shared memory ahead of use, like K and V. (Until 2026-11-23 a tile whose
 distances all clamp added one scalar instead; that branch made the compiler load the bias in
 another register layout and convert it through shared memory synchronously on every tile.
 Splitting the key loop in three instead, so the outer loops add a scalar without a branch, spilled
@@ -177,15 +179,16 @@ if triton is not None:
         return tl.dot(a, b, input_precision=PRECISION)
 
     @triton.jit
-    def _tile_bias(pd_row, offs_m, offs_n, M: tl.constexpr):
-        """(BLOCK_M, BLOCK_N) fp32 bias of a tile: per_distance[h, clamp(j - i, -M, M) + M], a
-        clamped gather from the L1-resident 2 M + 1 floats (contiguous along a row, so coalesced).
-        Loaded unconditionally: in a loop, Triton's pipeliner then stages it into shared memory
-        asynchronously like K and V and reads it back in the matrix-multiply layout. (Behind a
-        branch it is loaded synchronously in another layout and converted through shared memory
-        on every tile, stalling the loop: `benchmarks/compile_triton_rpe.py`.)"""
-        idx = tl.minimum(tl.maximum(offs_n[None, :] - offs_m[:, None], -M), M) + M
-        return tl.load(pd_row + idx)
+    def _tile_bias(pd_rows, offs_n):
+        """(BLOCK_M, BLOCK_N) fp32 bias of a tile (log2 units): query row i reads the head's bias
+        row (`_bias_rows`) at ``pd_rows[i] = row + OFF - i`` plus key j, with no clamp (the row
+        holds every distance of the call, tile overhangs included): an L1/L2-resident gather,
+        contiguous along a query's keys. Loaded unconditionally: in a loop, Triton's pipeliner
+        then stages it into shared memory asynchronously like K and V and reads it back in the
+        matrix-multiply layout. (Behind a branch it is loaded synchronously in another layout and
+        converted through shared memory on every tile, stalling the loop:
+        `benchmarks/compile_triton_rpe.py`.)"""
+        return tl.load(pd_rows[:, None] + offs_n[None, :])
 
     @triton.jit
     def _tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
@@ -279,7 +282,7 @@ if triton is not None:
     @triton.jit
     def _fwd_kernel(Q, K, V, PD, KPM, SEED, O, LSE,
                     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t,
-                    H, T, S, D, scale, dropout_p,
+                    H, T, S, D, pd_len, pd_off, scale, dropout_p,
                     M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     PRECISION: tl.constexpr):
@@ -293,7 +296,7 @@ if triton is not None:
         d_ok = offs_d[None, :] < D
         q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :],
                     mask=(offs_m[:, None] < T) & d_ok, other=0.0)
-        pd_row = PD + h * (2 * M + 1)
+        pd_rows = PD + h * pd_len + pd_off - offs_m  # `_tile_bias`
         kpm_ptr = KPM + b * S
         qk_scale = scale * _LOG2E  # scores in log2 units (module docstring), PD already is
         seed = 0
@@ -310,7 +313,7 @@ if triton is not None:
             kv_ok = (offs_n[:, None] < S) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale
-            s += _tile_bias(pd_row, offs_m, offs_n, M)
+            s += _tile_bias(pd_rows, offs_n)
             if HAS_KPM:
                 s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):  # interior tiles: no mask
@@ -337,7 +340,7 @@ if triton is not None:
     def _bwd_dkdv_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DK, DV,
                          sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                          sg_b, sg_h, sg_t,
-                         H, T, S, D, scale, dropout_p,
+                         H, T, S, D, pd_len, pd_off, scale, dropout_p,
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                          PRECISION: tl.constexpr):
@@ -356,7 +359,7 @@ if triton is not None:
         kv_ok = (offs_n[:, None] < S) & d_ok
         k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
         v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
-        pd_row = PD + h * (2 * M + 1)
+        pd_keys = PD + h * pd_len + pd_off + offs_n  # `_tile_bias`, transposed: key j's at query 0
         kpm_ptr = KPM + b * S
         qk_scale = scale * _LOG2E
         key_ok = offs_n < S
@@ -379,18 +382,17 @@ if triton is not None:
             lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
             delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
             s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
-            dist = offs_n[:, None] - offs_m[None, :]  # key - query
-            s_t += tl.load(pd_row + tl.minimum(tl.maximum(dist, -M), M) + M)  # `_tile_bias`, transposed
+            s_t += tl.load(pd_keys[:, None] - offs_m[None, :])  # `_tile_bias`, transposed
             p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
                 valid = key_ok[:, None] & (offs_m[None, :] < T)
                 if CAUSAL:
-                    valid = valid & (dist <= 0)
+                    valid = valid & (offs_n[:, None] <= offs_m[None, :])
                 p_t = tl.where(valid, p_t, 0.0)
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
                 valid = key_ok[:, None] & (offs_m[None, :] < T)
                 if CAUSAL:
-                    valid = valid & (dist <= 0)
+                    valid = valid & (offs_n[:, None] <= offs_m[None, :])
                 p_t = tl.where(valid, p_t, 0.0)
             dp_t = _dot(v, tl.trans(do), PRECISION)
             if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
@@ -411,7 +413,7 @@ if triton is not None:
     def _bwd_dq_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DQ, DTAB,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                        sg_b, sg_h, sg_t,
-                       H, T, S, D, scale, dropout_p,
+                       H, T, S, D, pd_len, pd_off, scale, dropout_p,
                        M: tl.constexpr, TAB: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -429,7 +431,7 @@ if triton is not None:
         do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :], mask=q_ok, other=0.0)
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
         delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
-        pd_row = PD + h * (2 * M + 1)
+        pd_rows = PD + h * pd_len + pd_off - offs_m  # `_tile_bias`
         kpm_ptr = KPM + b * S
         qk_scale = scale * _LOG2E
         seed = 0
@@ -451,7 +453,7 @@ if triton is not None:
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units
-            s += _tile_bias(pd_row, offs_m, offs_n, M)
+            s += _tile_bias(pd_rows, offs_n)
             p = tl.exp2(s - lse[:, None])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
                 p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
@@ -640,6 +642,22 @@ def _as_kernel_input(x: torch.Tensor) -> torch.Tensor:
     return x if x.stride(-1) == 1 else x.contiguous()
 
 
+def _bias_rows(per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
+    """The bias the kernels read (`_tile_bias`): per head, one fp32 row in log2 units holding every
+    distance d = key - query of the call, unclamped: entry OFF + d = log2(e) per_distance[h,
+    clamp(d, -M, M) + M] for -(T - 1) - pad <= d < S + pad, OFF = T - 1 + pad. ``pad`` (the
+    largest block) covers the overhang of partial tiles, whose loads are not masked. The kernels
+    then gather without a clamp: each element's address is one wide multiply-add from its row's
+    pointer, where a clamped index into the 2 M + 1 distances took a subtraction, two min/max
+    and two address instructions (about 4.5 SASS instructions per element fewer in each kernel:
+    BENCHMARKS.md). (H, T + S - 1 + 2 pad) floats, under 0.2 MB at H12 T=S=2048, built per call
+    from the (H, 2 M + 1) table."""
+    M = (per_distance.size(1) - 1) // 2
+    distance = torch.arange(-(T - 1 + pad), S + pad, device=per_distance.device)
+    rows = per_distance.detach().to(torch.float32) * LOG2E
+    return rows[:, distance.clamp(-M, M) + M].contiguous(), T - 1 + pad
+
+
 def _draw_seed(device: torch.device) -> torch.Tensor:
     """One int64 Philox seed from PyTorch's default generator of ``device`` (no host sync)."""
     return torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=device)
@@ -652,7 +670,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         S = k.size(2)
         M = (per_distance.size(1) - 1) // 2
         q, k, v = _as_kernel_input(q), _as_kernel_input(k), _as_kernel_input(v)
-        pd = (per_distance.detach().to(torch.float32) * LOG2E).contiguous()  # log2 units (module docstring)
+        pd, pd_off = _bias_rows(per_distance, T, S, max(blocks[:3]))
         kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
         block_m, block_n, _, warps, stages, _, _ = blocks
@@ -663,22 +681,21 @@ class _TritonRPEAttention(torch.autograd.Function):
             q, k, v, pd, kpm, seed, o, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-            H, T, S, D, float(scale), float(dropout_p),
+            H, T, S, D, pd.size(1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=key_padding is not None, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
             num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, pd, kpm, seed, o, lse)
         ctx.meta = (key_padding is not None, bool(causal), float(dropout_p), float(scale), blocks,
-                    per_distance.dtype)
+                    per_distance.dtype, M, pd_off)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, pd, kpm, seed, o, lse = ctx.saved_tensors
-        has_kpm, causal, dropout_p, scale, blocks, table_dtype = ctx.meta
+        has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
-        M = (pd.size(1) - 1) // 2
         _, _, block_bwd, _, stages, warps, step_bwd = blocks
         do = _as_kernel_input(grad_out)
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
@@ -698,10 +715,10 @@ class _TritonRPEAttention(torch.autograd.Function):
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         _bwd_dkdv_kernel[(triton.cdiv(S, block_bwd), B * H)](
             q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, *strides, *dk.stride()[:3],
-            H, T, S, D, scale, dropout_p, BLOCK_N=block_bwd, BLOCK_M=step_bwd, **common)
+            H, T, S, D, pd.size(1), pd_off, scale, dropout_p, BLOCK_N=block_bwd, BLOCK_M=step_bwd, **common)
         _bwd_dq_kernel[(n_blocks, B * H)](
             q, k, v, pd, kpm, seed, do, lse, delta, dq, dtab, *strides, *dq.stride()[:3],
-            H, T, S, D, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
+            H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
             **_band_layout(M, block_bwd, step_bwd),
             BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
         d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2)).to(table_dtype) if table_grad else None

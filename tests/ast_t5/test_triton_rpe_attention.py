@@ -122,6 +122,28 @@ def test_tile_tuples_take_optional_stages_and_are_checked():
             tra.resolve_blocks(bad)
 
 
+@pytest.mark.parametrize("T,S,blocks", [(37, 41, (16, 32, 16, 4)), (1000, 1000, (128, 64, 128, 8, 3, 8, 32)),
+                                         (5, 300, (64, 128, 64, 4))])
+def test_bias_rows_hold_every_distance_the_tiles_read_in_log2_units(T, S, blocks):
+    """`_bias_rows`: the kernels read query i's bias for key j at OFF + j - i without a clamp and
+    without a mask, partial tiles' overhang included, so every such index must lie in the row
+    (a read past it would not fail the interpreter tests: those elements are masked after the
+    load) and hold log2(e) per_distance[clamp(j - i, -M, M) + M]."""
+    M = 8
+    per_distance = torch.randn(3, 2 * M + 1, dtype=torch.float64)
+    blocks = tra.resolve_blocks(blocks)
+    rows, off = tra._bias_rows(per_distance, T, S, max(blocks[:3]))
+    assert rows.dtype == torch.float32 and rows.shape == (3, T + S - 1 + 2 * max(blocks[:3]))
+    for rows_per_tile, keys_per_tile in ((blocks[0], blocks[1]), (blocks[2], blocks[6]), (blocks[6], blocks[2])):
+        last_query = -(-T // rows_per_tile) * rows_per_tile - 1  # the last row of the last (partial) tile
+        last_key = -(-S // keys_per_tile) * keys_per_tile - 1
+        assert off + 0 - last_query >= 0 and off + last_key - 0 < rows.size(1)
+    i = torch.arange(T)[:, None]
+    j = torch.arange(S)[None, :]
+    expected = per_distance[:, (j - i).clamp(-M, M) + M] * tra.LOG2E
+    torch.testing.assert_close(rows[:, off + j - i].double(), expected, rtol=1e-6, atol=1e-6)
+
+
 def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, n, D, generator=g).to(device, dtype).requires_grad_() for n in (T, S, S))
