@@ -82,6 +82,8 @@ def _signature(fn, dtype, consts):
             sig[name] = "*fp32"
         elif name == "KPM":
             sig[name] = "*u8"
+        elif name in ("KV_END", "PAD_COUNT"):
+            sig[name] = "*i32"
         elif name == "SEED":
             sig[name] = "*i64"
         elif name in ("scale", "dropout_p"):

@@ -191,15 +191,23 @@ if triton is not None:
         return tl.load(pd_rows[:, None] + offs_n[None, :])
 
     @triton.jit
-    def _tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
-        """(BLOCK_M, BLOCK_N) bool: the pair exists and is not masked."""
+    def _tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
+        """(BLOCK_M, BLOCK_N) bool: the pair exists and is not masked (``padded``: the tile's keys'
+        padding flags, `_keys_padded`; read only with HAS_KPM)."""
         valid = (offs_m[:, None] < T) & (offs_n[None, :] < S)
         if HAS_KPM:
-            padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
             valid = valid & (padded[None, :] == 0)
         if CAUSAL:
             valid = valid & (offs_n[None, :] <= offs_m[:, None])
         return valid
+
+    @triton.jit
+    def _any_padded(pad_count_ptr, start, stop, S):
+        """Whether keys start .. stop - 1 hold padding or keys past S, from the row's running count
+        of padded keys (`_padding_counts`): two scalar loads, where reducing the tile's flags
+        would cost a reduction across warps, through shared memory, on every tile."""
+        end = tl.minimum(stop, S)
+        return (stop > S) | (tl.load(pad_count_ptr + end) > tl.load(pad_count_ptr + start))
 
     @triton.jit
     def _edge_tile(start_m, start_n, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
@@ -280,7 +288,7 @@ if triton is not None:
         return tab, band, far_lo, far_hi
 
     @triton.jit
-    def _fwd_kernel(Q, K, V, PD, KPM, SEED, O, LSE,
+    def _fwd_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, O, LSE,
                     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t,
                     H, T, S, D, pd_len, pd_off, scale, dropout_p,
                     M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
@@ -298,6 +306,7 @@ if triton is not None:
                     mask=(offs_m[:, None] < T) & d_ok, other=0.0)
         pd_rows = PD + h * pd_len + pd_off - offs_m  # `_tile_bias`
         kpm_ptr = KPM + b * S
+        count_ptr = PAD_COUNT + b * (S + 1)  # `_any_padded`
         qk_scale = scale * _LOG2E  # scores in log2 units (module docstring), PD already is
         seed = 0
         if DROPOUT:
@@ -306,18 +315,23 @@ if triton is not None:
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         hi = S
+        if HAS_KPM:
+            hi = tl.load(KV_END + b)  # past the last unpadded key, every key is padding: no tile there
         if CAUSAL:
-            hi = tl.minimum(S, start_m + BLOCK_M)
+            hi = tl.minimum(hi, start_m + BLOCK_M)
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < S) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale
             s += _tile_bias(pd_rows, offs_n)
-            if HAS_KPM:
-                s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+            if HAS_KPM:  # a tile of unpadded keys skips its mask, like an interior tile without padding
+                if _any_padded(count_ptr, start_n, start_n + BLOCK_N, S) | \
+                        _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                    padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
+                    s = tl.where(_tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):  # interior tiles: no mask
-                s = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+                s = tl.where(_tile_valid(0, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
             p = tl.exp2(s - m_safe[:, None])
@@ -337,7 +351,7 @@ if triton is not None:
         tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
     @triton.jit
-    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DK, DV,
+    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DK, DV,
                          sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                          sg_b, sg_h, sg_t,
                          H, T, S, D, pd_len, pd_off, scale, dropout_p,
@@ -363,8 +377,10 @@ if triton is not None:
         kpm_ptr = KPM + b * S
         qk_scale = scale * _LOG2E
         key_ok = offs_n < S
+        block_padded = False  # some key of the block is padding: its tiles are masked
         if HAS_KPM:
             key_ok = key_ok & (tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1) == 0)
+            block_padded = _any_padded(PAD_COUNT + b * (S + 1), start_n, start_n + BLOCK_N, S)
         seed = 0
         if DROPOUT:
             seed = tl.load(SEED)
@@ -373,44 +389,49 @@ if triton is not None:
         lo = 0
         if CAUSAL:
             lo = start_n  # queries before the block's first key see none of it
-        for start_m in range(lo, T, BLOCK_M):
-            offs_m = start_m + tl.arange(0, BLOCK_M)
-            q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
-                          mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_M)
-            do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :],
-                         mask=(offs_m[:, None] < T) & d_ok, other=0.0)
-            lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-            delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
-            s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
-            s_t += tl.load(pd_keys[:, None] - offs_m[None, :])  # `_tile_bias`, transposed
-            p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
-            if HAS_KPM:
-                valid = key_ok[:, None] & (offs_m[None, :] < T)
-                if CAUSAL:
-                    valid = valid & (offs_n[:, None] <= offs_m[None, :])
-                p_t = tl.where(valid, p_t, 0.0)
-            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
-                valid = key_ok[:, None] & (offs_m[None, :] < T)
-                if CAUSAL:
-                    valid = valid & (offs_n[:, None] <= offs_m[None, :])
-                p_t = tl.where(valid, p_t, 0.0)
-            dp_t = _dot(v, tl.trans(do), PRECISION)
-            if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
-                keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N))
-                p_kept = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
-                dv += _dot(p_kept.to(do.dtype), do, PRECISION)
-                ds_t = p_kept * dp_t - p_t * delta[None, :]
-            else:
-                dv += _dot(p_t.to(do.dtype), do, PRECISION)
-                ds_t = p_t * (dp_t - delta[None, :])
-            dk += _dot(ds_t.to(q_t.dtype), tl.trans(q_t), PRECISION)
+        live = True
+        if HAS_KPM:  # a block of keys past the last unpadded one is all padding: dK = dV = 0
+            live = start_n < tl.load(KV_END + b)
+        if live:
+            for start_m in range(lo, T, BLOCK_M):
+                offs_m = start_m + tl.arange(0, BLOCK_M)
+                q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
+                              mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_M)
+                do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :],
+                             mask=(offs_m[:, None] < T) & d_ok, other=0.0)
+                lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
+                delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+                s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
+                s_t += tl.load(pd_keys[:, None] - offs_m[None, :])  # `_tile_bias`, transposed
+                p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
+                if HAS_KPM:
+                    if block_padded | _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                        valid = key_ok[:, None] & (offs_m[None, :] < T)
+                        if CAUSAL:
+                            valid = valid & (offs_n[:, None] <= offs_m[None, :])
+                        p_t = tl.where(valid, p_t, 0.0)
+                elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                    valid = key_ok[:, None] & (offs_m[None, :] < T)
+                    if CAUSAL:
+                        valid = valid & (offs_n[:, None] <= offs_m[None, :])
+                    p_t = tl.where(valid, p_t, 0.0)
+                dp_t = _dot(v, tl.trans(do), PRECISION)
+                if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
+                    keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N))
+                    p_kept = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
+                    dv += _dot(p_kept.to(do.dtype), do, PRECISION)
+                    ds_t = p_kept * dp_t - p_t * delta[None, :]
+                else:
+                    dv += _dot(p_t.to(do.dtype), do, PRECISION)
+                    ds_t = p_t * (dp_t - delta[None, :])
+                dk += _dot(ds_t.to(q_t.dtype), tl.trans(q_t), PRECISION)
         dk = dk * scale
         out_offs = b * sg_b + h * sg_h + offs_n[:, None] * sg_t + offs_d[None, :]  # dK, dV: same layout
         tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_ok)
         tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
     @triton.jit
-    def _bwd_dq_kernel(Q, K, V, PD, KPM, SEED, DO, LSE, DELTA, DQ, DTAB,
+    def _bwd_dq_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DQ, DTAB,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                        sg_b, sg_h, sg_t,
                        H, T, S, D, pd_len, pd_off, scale, dropout_p,
@@ -433,6 +454,7 @@ if triton is not None:
         delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
         pd_rows = PD + h * pd_len + pd_off - offs_m  # `_tile_bias`
         kpm_ptr = KPM + b * S
+        count_ptr = PAD_COUNT + b * (S + 1)  # `_any_padded`
         qk_scale = scale * _LOG2E
         seed = 0
         if DROPOUT:
@@ -445,8 +467,10 @@ if triton is not None:
         tab = tl.zeros((TAB,), dtype=tl.float32)  # otherwise: exact distances -M < d < M (entry d + M)
         t_idx = tl.arange(0, TAB)
         hi = S
+        if HAS_KPM:
+            hi = tl.load(KV_END + b)  # as in the forward
         if CAUSAL:
-            hi = tl.minimum(S, start_m + BLOCK_M)
+            hi = tl.minimum(hi, start_m + BLOCK_M)
         for start_n in range(0, hi, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < S) & d_ok
@@ -456,9 +480,12 @@ if triton is not None:
             s += _tile_bias(pd_rows, offs_n)
             p = tl.exp2(s - lse[:, None])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
-                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+                if _any_padded(count_ptr, start_n, start_n + BLOCK_N, S) | \
+                        _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                    padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
+                    p = tl.where(_tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
-                p = tl.where(_tile_valid(kpm_ptr, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+                p = tl.where(_tile_valid(0, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
                 keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
                 p_kept = tl.where(keep, p / (1.0 - dropout_p), 0.0)
@@ -658,6 +685,23 @@ def _bias_rows(per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
     return rows[:, distance.clamp(-M, M) + M].contiguous(), T - 1 + pad
 
 
+def _padding_counts(key_padding: torch.Tensor) -> tuple:
+    """From the (B, S) uint8 padding mask, on the device (no host sync): (B,) int32 one past each
+    row's last unpadded key (0 where every key is padding), and (B, S + 1) int32 running counts of
+    padded keys (entry j: among keys 0 .. j - 1).
+
+    The kernels visit no key tile past the first: with right padding (how batches are padded),
+    the padded tail costs nothing, as block masks spare FlexAttention. The counts tell a tile of
+    unpadded keys in two scalar loads (`_any_padded`): such a tile skips its mask. Padding
+    elsewhere in a row (left padding, holes) is masked as before."""
+    B, S = key_padding.shape
+    position = torch.arange(1, S + 1, dtype=torch.int32, device=key_padding.device)
+    keys_end = torch.where(key_padding == 0, position, 0).amax(1).to(torch.int32)
+    counts = torch.zeros(B, S + 1, dtype=torch.int32, device=key_padding.device)
+    counts[:, 1:] = key_padding.to(torch.int32).cumsum(1)
+    return keys_end, counts
+
+
 def _draw_seed(device: torch.device) -> torch.Tensor:
     """One int64 Philox seed from PyTorch's default generator of ``device`` (no host sync)."""
     return torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=device)
@@ -672,27 +716,31 @@ class _TritonRPEAttention(torch.autograd.Function):
         q, k, v = _as_kernel_input(q), _as_kernel_input(k), _as_kernel_input(v)
         pd, pd_off = _bias_rows(per_distance, T, S, max(blocks[:3]))
         kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
+        if key_padding is not None:
+            kv_end, pad_count = _padding_counts(key_padding)
+        else:
+            kv_end = pad_count = torch.zeros(1, dtype=torch.int32, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
         block_m, block_n, _, warps, stages, _, _ = blocks
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
         _fwd_kernel[(triton.cdiv(T, block_m), B * H)](
-            q, k, v, pd, kpm, seed, o, lse,
+            q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             H, T, S, D, pd.size(1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=key_padding is not None, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
             num_warps=warps, num_stages=stages)
-        ctx.save_for_backward(q, k, v, pd, kpm, seed, o, lse)
+        ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse)
         ctx.meta = (key_padding is not None, bool(causal), float(dropout_p), float(scale), blocks,
                     per_distance.dtype, M, pd_off)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, pd, kpm, seed, o, lse = ctx.saved_tensors
+        q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse = ctx.saved_tensors
         has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
@@ -714,10 +762,10 @@ class _TritonRPEAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         _bwd_dkdv_kernel[(triton.cdiv(S, block_bwd), B * H)](
-            q, k, v, pd, kpm, seed, do, lse, delta, dk, dv, *strides, *dk.stride()[:3],
+            q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, dk, dv, *strides, *dk.stride()[:3],
             H, T, S, D, pd.size(1), pd_off, scale, dropout_p, BLOCK_N=block_bwd, BLOCK_M=step_bwd, **common)
         _bwd_dq_kernel[(n_blocks, B * H)](
-            q, k, v, pd, kpm, seed, do, lse, delta, dq, dtab, *strides, *dq.stride()[:3],
+            q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, dq, dtab, *strides, *dq.stride()[:3],
             H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
             **_band_layout(M, block_bwd, step_bwd),
             BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)

@@ -203,6 +203,50 @@ def test_forward_and_every_gradient_match_the_fp64_reference(case):
 
 
 @cpu_only
+@pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rect"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal):
+    """`_padding_counts`: with right padding, no kernel visits a key tile that starts past a row's last
+    unpadded key. NaN in those keys' K and V proves it (a visited tile multiplies its zero
+    probabilities with them: NaN). A row of padding alone gets zeros. The rest equals the fp64
+    reference, with a hole inside the unpadded part masked as before."""
+    B, H, T, S, D, M = 3, 2, 40, 71, 16, 8
+    q, k, v, table, _ = make(B, H, T, S, D, M)
+    lengths = [17, 71, 0]  # tiles of 16 keys: row 0 has 3 whole tiles and part of one past its end
+    kpm = torch.arange(S)[None, :] >= torch.tensor(lengths)[:, None]
+    kpm[1, 20:23] = True  # a hole
+    if causal:
+        q, k, v = (t.detach()[:, :, :T].clone().requires_grad_() for t in (q, k, v))
+        kpm, S = kpm[:, :T], T
+    poisoned = [t.detach().clone() for t in (k, v)]
+    for b, length in enumerate(lengths):
+        first_unread = -(-length // 16) * 16  # the first 16-key tile wholly past the row's end
+        for t in poisoned:
+            t[b, :, first_unread:] = float("nan")
+    k_p, v_p = (t.requires_grad_() for t in poisoned)
+    grad = torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(1))
+    got = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm, causal=causal, scale=0.3,
+                                                      blocks=blocks), [q, k_p, v_p, table], grad)
+    assert all(torch.isfinite(g).all() for g in got), [bool(torch.isfinite(g).all()) for g in got]
+    assert got[0][2].abs().max() == 0 and got[1][2].abs().max() == 0  # the row of padding alone
+    assert got[2][2].abs().max() == 0 and got[3][2].abs().max() == 0
+    # the reference on the clean inputs, with the all-padding row left out (the dense convention
+    # differs there: module docstring)
+    keep_rows = [0, 1]
+    leaves, ref_fn = reference(q[keep_rows], k[keep_rows], v[keep_rows], table, kpm[keep_rows], causal, 0.3)
+    ref = fwd_bwd(ref_fn, leaves, grad[keep_rows].double())
+    got_rows = [g[keep_rows] for g in got[:4]]
+    trimmed = [g.clone() for g in got_rows]
+    for i, length in enumerate(lengths[:2]):  # padded keys: zero gradient in the kernel, any in NaN-free ref
+        trimmed[2][i, :, length:] = ref[2][i, :, length:].to(trimmed[2].dtype)
+        trimmed[3][i, :, length:] = ref[3][i, :, length:].to(trimmed[3].dtype)
+    errors = max_errors(trimmed, ref[:4])
+    assert max(errors) < 2e-5, errors
+    for i, length in enumerate(lengths[:2]):
+        assert got_rows[2][i, :, length:].abs().sum() == 0 and got_rows[3][i, :, length:].abs().sum() == 0
+
+
+@cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rectangular-backward"])
 def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks):
     T, S, D, M, p = 37, 41, 32, 8, 0.25
