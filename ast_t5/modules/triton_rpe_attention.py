@@ -193,7 +193,7 @@ if triton is not None:
     @triton.jit
     def _tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
         """(BLOCK_M, BLOCK_N) bool: the pair exists and is not masked (``padded``: the tile's keys'
-        padding flags, `_keys_padded`; read only with HAS_KPM)."""
+        padding flags, 1 where padded or past S; read only with HAS_KPM)."""
         valid = (offs_m[:, None] < T) & (offs_n[None, :] < S)
         if HAS_KPM:
             valid = valid & (padded[None, :] == 0)
@@ -677,7 +677,7 @@ def _bias_rows(per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
     then gather without a clamp: each element's address is one wide multiply-add from its row's
     pointer, where a clamped index into the 2 M + 1 distances took a subtraction, two min/max
     and two address instructions (about 4.5 SASS instructions per element fewer in each kernel:
-    BENCHMARKS.md). (H, T + S - 1 + 2 pad) floats, under 0.2 MB at H12 T=S=2048, built per call
+    BENCHMARKS.md). (H, T + S - 1 + 2 pad) floats, about 0.2 MB at H12 T=S=2048, built per call
     from the (H, 2 M + 1) table."""
     M = (per_distance.size(1) - 1) // 2
     distance = torch.arange(-(T - 1 + pad), S + pad, device=per_distance.device)
