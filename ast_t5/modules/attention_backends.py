@@ -35,7 +35,8 @@
   seeded by PyTorch's generator, and the table's gradient reduced per distance in its backward.
   Bias-free calls use ``flash``; calls it cannot take (no triton, CPU tensors without
   TRITON_INTERPRET=1 at import, a dense bias, cached decoding with queries offset from the keys,
-  fp64) go to ``sdpa``, logged once. Not measured on a GPU yet, so not in `AUTO_TABLE`.
+  fp64) go to ``sdpa``, logged once. In `AUTO_TABLE` for biased calls on sm90, where the T5-base
+  step measured fastest with it (H200, 2026-11-25).
 - ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
   choice is logged once. On CPU: ``sdpa`` (as measured by benchmarks/bench_model.py).
 
@@ -97,6 +98,7 @@ class AutoRule(NamedTuple):
     min_queries: int  # minimum query length
     backend: str
     evidence: str
+    max_sm: int = 0  # maximum CUDA capability (0: any), for a row measured on one generation only
 
 
 # (device capability, dtype, dropout, bias kind, length) -> backend. The H100 figures come from the
@@ -110,6 +112,10 @@ AUTO_TABLE = (
              "CPU: bench_model.py measures sdpa >= the eager reference"),
     AutoRule("cuda", "none", "any", "half", 80, 0, "flash",
              "bias-free on sm80+: flash 0.675 ms vs SDPA-with-bias 2.62 ms"),
+    AutoRule("cuda", "relative", "any", "half", 90, 2, "triton",
+             "biased on sm90, measured on an H200 (2026-11-25, bench_model.py, T5-base step B32 x "
+             "512/128 bf16 eager): triton 80.9 ms vs sdpa 82.7, flash 86.9, flex 93.4 at dropout 0; "
+             "84.3 vs sdpa 93.6 at 0.1", max_sm=90),
     AutoRule("cuda", "relative", "zero", "half", 80, FLEX_MIN_QUERIES, "flex",
              "biased, no dropout: Flex 1.52 ms (dense bias; the per-distance form is not yet "
              "measured) vs SDPA-with-mask 2.62 ms vs fused 4.53 ms"),
@@ -165,7 +171,8 @@ def auto_choice(device: torch.device, dtype: torch.dtype, dropout_p: float, has_
                 and rule.bias in ("any", "relative" if has_bias else "none")
                 and rule.dropout in ("any", "positive" if dropout_p > 0 else "zero")
                 and rule.dtype in ("any", "half" if half else "")
-                and sm >= rule.min_sm and q_len >= rule.min_queries):
+                and sm >= rule.min_sm and (rule.max_sm == 0 or sm <= rule.max_sm)
+                and q_len >= rule.min_queries):
             return rule.backend, rule.evidence
     return "sdpa", "no row of AUTO_TABLE matched"
 

@@ -294,6 +294,10 @@ if triton is not None:
                     M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     PRECISION: tl.constexpr):
+        # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
+        # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
+        scale = tl.cast(scale, tl.float32)
+        dropout_p = tl.cast(dropout_p, tl.float32)
         pid_m = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H
@@ -362,6 +366,10 @@ if triton is not None:
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
         memory, where a transpose is free."""
+        # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
+        # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
+        scale = tl.cast(scale, tl.float32)
+        dropout_p = tl.cast(dropout_p, tl.float32)
         pid_n = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H
@@ -439,6 +447,10 @@ if triton is not None:
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        PRECISION: tl.constexpr):
+        # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
+        # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
+        scale = tl.cast(scale, tl.float32)
+        dropout_p = tl.cast(dropout_p, tl.float32)
         pid_m = tl.program_id(0)
         bh = tl.program_id(1)
         b = bh // H

@@ -251,12 +251,16 @@ def fake_sm(monkeypatch):
 
 
 @pytest.mark.parametrize("sm,dtype,dropout,bias,q_len,expected", [
-    (90, torch.bfloat16, 0.0, True, 1024, "flex"),
+    (90, torch.bfloat16, 0.0, True, 1024, "triton"),  # sm90: triton won the T5-base step (H200)
+    (90, torch.bfloat16, 0.1, True, 1024, "triton"),
+    (90, torch.bfloat16, 0.0, True, 128, "triton"),
+    (90, torch.bfloat16, 0.0, True, 1, "sdpa"),  # incremental decoding
+    (80, torch.bfloat16, 0.0, True, 1024, "flex"),
     (80, torch.float16, 0.0, True, 512, "flex"),
-    (90, torch.bfloat16, 0.1, True, 1024, "sdpa"),  # flex has no dropout; fused lost to sdpa
-    (90, torch.bfloat16, 0.0, True, 1, "sdpa"),  # incremental decoding: no flex recompiles
-    (90, torch.bfloat16, 0.0, True, 128, "sdpa"),  # one flex block: its own compiled-graph class
-    (90, torch.bfloat16, 0.0, True, 129, "flex"),
+    (80, torch.bfloat16, 0.1, True, 1024, "sdpa"),  # flex has no dropout; fused lost to sdpa
+    (80, torch.bfloat16, 0.0, True, 1, "sdpa"),  # incremental decoding: no flex recompiles
+    (80, torch.bfloat16, 0.0, True, 128, "sdpa"),  # one flex block: its own compiled-graph class
+    (80, torch.bfloat16, 0.0, True, 129, "flex"),
     (90, torch.float32, 0.0, True, 1024, "sdpa"),
     (75, torch.float16, 0.0, True, 1024, "sdpa"),
     (90, torch.bfloat16, 0.1, False, 1024, "flash"),
@@ -276,7 +280,7 @@ def test_auto_never_picks_a_backend_that_lost(fake_sm):
             for dropout in (0.0, 0.1):
                 for bias in (True, False):
                     choice, _ = ab.auto_choice(torch.device(device), dtype, dropout, bias, 1024)
-                    assert choice in ("sdpa", "flash", "flex") and (device == "cuda" or choice == "sdpa")
+                    assert choice in ("sdpa", "flash", "flex", "triton") and (device == "cuda" or choice == "sdpa")
 
 
 def test_fold_masks_keeps_the_bias_per_distance_for_flex():
@@ -288,6 +292,17 @@ def test_fold_masks_keeps_the_bias_per_distance_for_flex():
     assert folded.rel.per_distance.shape == (HEADS, 257)
     dense, _, _ = ab.fold_masks("auto", module(9, 9), pad, causal=False)  # CPU: dense, as before
     assert isinstance(dense, torch.Tensor) and dense.shape == (2, HEADS, 9, 9)
+
+
+@pytest.mark.parametrize("sm,dropout,q_len,expected", [
+    (90, 0.0, 512, "triton"), (90, 0.1, 128, "triton"),  # measured on sm90 (H200): triton wins the step
+    (80, 0.0, 512, "flex"), (80, 0.1, 512, "sdpa"),  # sm80: as before
+    (100, 0.0, 512, "flex"), (100, 0.1, 512, "sdpa")])  # newer GPUs: not measured, so not triton
+def test_auto_table_sends_biased_calls_to_triton_on_sm90_only(sm, dropout, q_len, expected, monkeypatch):
+    monkeypatch.setattr(ab, "_capability", lambda device: sm)
+    backend, evidence = ab.auto_choice(torch.device("cuda"), torch.bfloat16, dropout, True, q_len)
+    assert backend == expected, evidence
+    assert ab.auto_choice(torch.device("cuda"), torch.bfloat16, dropout, False, q_len)[0] == "flash"
 
 
 @pytest.mark.parametrize("choice", ["flex", "triton", "sdpa"])
@@ -475,9 +490,10 @@ def test_biased_sdpa_on_gpu_never_gets_an_fp32_mask_with_bf16_queries(k_len):
 
 
 @requires_cuda
-def test_auto_on_gpu_dispatches_flex_for_biased_and_flash_for_bias_free_calls():
+def test_auto_on_gpu_dispatches_the_tables_biased_backend_and_flash_for_bias_free_calls():
     if torch.cuda.get_device_capability() < (8, 0):
         pytest.skip("auto's flex/flash rows need sm80+")
+    biased = "triton-rpe" if torch.cuda.get_device_capability() == (9, 0) else "flex"
     q, k, v, pad = _cuda_inputs(torch.bfloat16, 512, 512)
     module = RelativePositionBias(4, 32, 128, bidirectional=True).cuda()
     folded, fpad, fcausal = ab.fold_masks("auto", module(512, 512), pad, False, dtype=torch.bfloat16)
@@ -485,7 +501,7 @@ def test_auto_on_gpu_dispatches_flex_for_biased_and_flash_for_bias_free_calls():
     ab.attention(q, k, v, bias=folded, key_padding_mask=fpad, causal=fcausal, backend="auto")
     ab.attention(q, k, v, key_padding_mask=pad, backend="auto")
     ab.attention(q, k, v, causal=True, backend="auto")
-    assert ab.DISPATCH_COUNTS["flex"] == 1
+    assert ab.DISPATCH_COUNTS[biased] == 1
     assert ab.DISPATCH_COUNTS["flash-attn"] + ab.DISPATCH_COUNTS["torch-varlen"] >= 1
     assert ab.DISPATCH_COUNTS["flash-attn"] + ab.DISPATCH_COUNTS["sdpa-flash"] + ab.DISPATCH_COUNTS["torch-varlen"] == 2
 
