@@ -298,6 +298,10 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
     header = f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<20} {'ran':<22} {'ms':>9} {'TFLOP/s':>8} {'floor ms':>8} {'err/ref':>7} {'x sdpa':>6}"
     print(header)
     for length in args.lengths:
+        # a fresh compile cache per length: flex's compiled call (fullgraph) recompiles per length,
+        # dropout and padding, and a second length in one process went past dynamo's recompile
+        # limit (FailOnRecompileLimitHit on an H200, 2026-11-25)
+        torch._dynamo.reset()
         for dropout in args.dropouts:
             for padded in paddings:
                 case = make_case(args, length, padded, dtype, device)

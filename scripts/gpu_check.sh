@@ -25,7 +25,7 @@
 #   triton_tiles     the triton backend's tile candidates against sdpa,
 #                    padded, 1024 first, then 2048 and 512                  120   60  attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA
-#                    tests (fast paths really ran, numerics, gradients)     170   90  tests.log
+#                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
 #                    step, auto vs each single backend at dropout 0 and
 #                    0.1, and HF (issue 10's auto target)                   130   90  bench_model.log
@@ -207,7 +207,7 @@ run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attent
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --triton-blocks $TRITON_TILES \
   --json "$WORK/attention_tiles.json"
 # shellcheck disable=SC2086
-run attention_tests          170  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
+run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
 run bench_model              130  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --json "$WORK/model.json"
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
