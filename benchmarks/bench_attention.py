@@ -22,7 +22,7 @@ gradient reaching the table, as in the model:
 - triton: the ``triton`` backend (ast_t5/modules/triton_rpe_attention.py): our tiled Triton kernel
   reading the (H, 2 M + 1) vector, with dropout, padding and the table gradient reduced per
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
-  ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]] ...`` adds one row per tile
+  ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] ...`` adds one row per tile
   configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
@@ -31,6 +31,10 @@ gradient reaching the table, as in the model:
 - sdpa-nobias, flex-nobias: the same bias-free call on SDPA with the padding as a mask, and on
   FlexAttention with the padding as a block mask (no dropout): the alternatives to the varlen
   packing for padded cross-attention. A ``bias-free winner`` line names the fastest of the three.
+
+With ``--split`` each row also times its forward alone (without gradients): ``fwd ms``, and
+``bwd ms`` = ms - fwd ms, so that the forward's and the backward's tiles can be chosen apart
+(gpu_check's tile sweep uses it).
 
 Columns: median ms of fwd+bwd (forward only where a backend has no backward on this device),
 TFLOP/s at the nominal 3.5 x 4 B H T S D FLOPs (padding not subtracted), the floor (those FLOPs at
@@ -73,11 +77,16 @@ def parse_args(argv=None):
                    help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
-    p.add_argument("--triton-blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]]",
+    p.add_argument("--triton-blocks", nargs="+", default=[],
+                   metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="extra `triton` rows with these tiles (forward BLOCK_M, BLOCK_N, backward BLOCK, "
                         "num_warps[, num_stages: default 3[, backward num_warps: default num_warps[, backward "
-                        "STEP: default BLOCK]]]), e.g. 128,64,64,8 64,64,32,4,3 128,64,128,8,3,8,32: to tune "
+                        "STEP: default BLOCK[, backward num_stages: default num_stages]]]]), e.g. 128,64,64,8 "
+                        "64,64,32,4,3 128,64,128,8,3,8,32 64,64,128,4,2,8,64,3: to tune "
                         "triton_rpe_attention.default_blocks")
+    p.add_argument("--split", action="store_true",
+                   help="also time each row's forward alone (no gradient): the ``fwd ms`` column and the "
+                        "backward as the difference, to choose forward and backward tiles separately")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -102,7 +111,7 @@ def parse_args(argv=None):
     try:
         args.triton_blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.triton_blocks]
     except ValueError:
-        p.error("--triton-blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]] (integers)")
+        p.error("--triton-blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] (integers)")
     if args.triton_blocks:
         from ast_t5.modules.triton_rpe_attention import resolve_blocks
 
@@ -295,7 +304,10 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
     print(f"# attention fwd+bwd, B{args.batch} H{args.heads} D{args.head_dim} {args.dtype} on "
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
           f"median of {args.repeats}; floor at {args.peak_tflops:g} TFLOP/s")
-    header = f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<20} {'ran':<22} {'ms':>9} {'TFLOP/s':>8} {'floor ms':>8} {'err/ref':>7} {'x sdpa':>6}"
+    header = (f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<20} {'ran':<22} {'ms':>9} {'TFLOP/s':>8} "
+              f"{'floor ms':>8} {'err/ref':>7} {'x sdpa':>6}")
+    if args.split:
+        header += f" {'fwd ms':>7} {'bwd ms':>7}"
     print(header)
     for length in args.lengths:
         # a fresh compile cache per length: flex's compiled call (fullgraph) recompiles per length,
@@ -325,6 +337,9 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                             row["pass"] = "fwd+bwd" if backward else "fwd"
                             row["ms"] = time_ms(fn, device, args.warmup, args.repeats)
                             row["tflops"] = (flops if backward else flops / 3.5) / (row["ms"] * 1e-3) / 1e12
+                            if args.split and backward:
+                                row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
+                                                        args.warmup, args.repeats)
                             if dropout == 0.0:
                                 key = ("bias-free" if name in NOBIAS else "biased", backward)
                                 if key not in ref_cache:
@@ -382,8 +397,11 @@ def format_row(row) -> str:
     ran = row.get("ran", row.get("note", ""))[:22]
     if row.get("pass") == "fwd":
         ran = (ran + " (fwd)")[:22]
-    return (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<20} "
+    line = (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<20} "
             f"{ran:<22} {ms:>9} {tf:>8} {row['floor_ms']:>8.3f} {err:>7} {xs:>6}")
+    if row.get("fwd_ms") is not None:
+        line += f" {row['fwd_ms']:>7.3f} {row['ms'] - row['fwd_ms']:>7.3f}"
+    return line
 
 
 def write_json(path: str, payload: Dict) -> None:

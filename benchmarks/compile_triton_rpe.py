@@ -4,7 +4,8 @@ matrix-multiply instructions it uses (``wgmma``: Hopper's warpgroup MMA; ``mma``
 instruction, about half of Hopper's rate) and whether its loop's loads are software-pipelined
 (``cp.async`` or TMA copies into shared memory), and ``conv``: how many register tiles its loops
 send through shared memory per iteration (`loop_conversions`), ``ex2``: whether its
-exponentials are single instructions (`instructions`), and ``i/el``: the machine instructions of
+exponentials are single instructions (`instructions`), ``occ``: how many of its programs an SM
+holds at once (`resident_programs`), and ``i/el``: the machine instructions of
 its main loop per tile element a thread holds (`loop_instructions`; an H100 SM issues 128 lanes
 of instructions per cycle against 2048 bf16 multiply-adds, and at D 64 an element costs 128
 multiply-adds in the forward, 256 in dK/dV: above about 8 and 16 instructions per element, the
@@ -24,8 +25,9 @@ without those attributes gives a different kernel (scalar loads, no pipelining, 
 counts) from the one that runs.
 
 It catches what Triton's CPU interpreter cannot (type or layout errors found only by the
-compiler) and checks that `default_blocks` spills no registers (STACK 0). Speed needs a GPU:
-benchmarks/bench_attention.py --device cuda. Must run without TRITON_INTERPRET=1.
+compiler) and shows where `default_blocks` spill registers (STACK > 0; sm90's measured default
+does with dropout, and was faster anyway). Speed needs a GPU: benchmarks/bench_attention.py
+--device cuda (--split times forward and backward apart). Must run without TRITON_INTERPRET=1.
 """
 import argparse
 import itertools
@@ -46,6 +48,11 @@ MAX_DISTANCE = 128  # T5 v1.1; the paper's 256 changes only the table accumulato
 # the most shared memory one block may use (bytes, opt-in; CUDA programming guide, compute
 # capabilities table): a kernel needing more fails at launch with "out of resources"
 SHARED_LIMIT = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
+# per SM (CUDA programming guide, compute capabilities table; occupancy calculator): shared memory
+# (bytes; each resident block also takes 1 KB the system reserves), warps, blocks. Every one of
+# these has 64 K 32-bit registers per SM in 4 partitions, allocated per warp in units of 256.
+SM_LIMITS = {80: (167936, 64, 32), 86: (102400, 48, 16), 87: (167936, 48, 16), 89: (102400, 48, 24),
+             90: (233472, 64, 32)}
 
 
 def parse_args(argv=None):
@@ -57,13 +64,14 @@ def parse_args(argv=None):
     p.add_argument("--length", type=int, default=1024,
                    help="queries = keys of the modelled call; decides which integers the JIT marks divisible by 16")
     p.add_argument("--heads", type=int, default=12, help="heads of the modelled call")
-    p.add_argument("--blocks", nargs="+", default=[], metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]]",
+    p.add_argument("--blocks", nargs="+", default=[],
+                   metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
     args = p.parse_args(argv)
     try:
         args.blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.blocks]
     except ValueError:
-        p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP]]] (integers)")
+        p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] (integers)")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
     return args
@@ -158,6 +166,22 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
     return dict(mma=mma, pipelined=pipelined, dup=dup, ex2=ex2)
 
 
+def resident_programs(arch: int, regs: int, shared: int, num_warps: int) -> int:
+    """How many programs (thread blocks) of a kernel an SM of ``arch`` holds at once, from its
+    registers per thread, shared memory per block and warps: the occupancy calculator's rule
+    (each warp takes ``regs`` rounded up to 8, times 32 threads, from one of the SM's four 16 K
+    register partitions). A single program of 8 warps leaves each scheduler 2 warps, all in one
+    program's lock-step loop, so its exponentials, loads and barriers stall the tensor cores;
+    programs side by side overlap one's element-wise work with another's products (what
+    FlashAttention-3 schedules by hand). In the H200 tile sweep of 2026-11-25 the two tile sets
+    whose forward fits 2 or 3 programs per SM were the fastest (BENCHMARKS.md, "Tiles")."""
+    smem, max_warps, max_blocks = SM_LIMITS.get(arch, SM_LIMITS[80])
+    regs_per_warp = -(-max(regs, 1) // 8) * 8 * 32
+    by_regs = 4 * (16384 // regs_per_warp) // num_warps
+    by_shared = smem // (shared + 1024)
+    return max(0, min(by_regs, by_shared, max_warps // num_warps, max_blocks))
+
+
 def loop_conversions(ttgir: str) -> int:
     """Round trips of register tiles through shared memory inside the kernel's loops, counted in
     its TTGIR: layout conversions of 2-D tiles (``ttg.convert_layout``, except into the
@@ -232,13 +256,13 @@ def main(argv=None) -> int:
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
           f"(B, {args.heads}, {args.length}, D) tensors")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
-          f"{'regs':>4} {'stack':>5} {'smem':>6} {'mma':<5} {'pipe':<4} {'dup':>4} {'conv':>4} {'ex2':<4} "
-          f"{'i/el':>5} {'s':>5}")
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'pipe':<4} {'dup':>4} {'conv':>4} "
+          f"{'ex2':<4} {'i/el':>5} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
         try:
-            block_m, block_n, block_bwd, warps, stages, bwd_warps, step_bwd = tra.resolve_blocks(
+            block_m, block_n, block_bwd, warps, stages, bwd_warps, step_bwd, bwd_stages = tra.resolve_blocks(
                 blocks or tra.default_blocks(head_dim, torch.device("cuda"), capability=arch, dropout=dropout))
         except ValueError as e:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
@@ -248,17 +272,17 @@ def main(argv=None) -> int:
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
         bwd_tile = block_bwd * step_bwd
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}",
-                    warps, 0, block_m * block_n),
+                    warps, stages, 0, block_m * block_n),
                    ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd),
-                    f"{block_bwd}x{step_bwd}", bwd_warps, bwd_tile, bwd_tile),
+                    f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1), TABLE_GRAD=True,
                                                   BLOCK_M=block_bwd, BLOCK_N=step_bwd,
                                                   **tra._band_layout(MAX_DISTANCE, block_bwd, step_bwd)),
                     f"{block_bwd}x{step_bwd}",
-                    bwd_warps, bwd_tile, bwd_tile))
-        for name, fn, consts, tiles, kernel_warps, tile_elements, loop_tile in kernels:
+                    bwd_warps, bwd_stages, bwd_tile, bwd_tile))
+        for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
-            kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, stages, ints)
+            kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints)
             info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps),
                         conv=loop_conversions(kernel.asm["ttgir"]),
                         per_element=loop_instructions(_cuobjdump(kernel, "-sass")) / (loop_tile / (32 * kernel_warps)))
@@ -268,10 +292,11 @@ def main(argv=None) -> int:
             too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
             unpipelined += not info["pipelined"]
             ampere_mma_on_hopper += arch >= 90 and info["mma"] != "wgmma" and args.dtype != "fp32"
-            config = f"{tiles}/{kernel_warps}w{stages}s"
+            config = f"{tiles}/{kernel_warps}w{kernel_stages}s"
             dup = "-" if info["dup"] is None else f"{info['dup']:.1f}"
+            occ = resident_programs(arch, info["regs"] or 255, info["shared"], kernel_warps)
             print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {config:<14} "
-                  f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {info['mma']:<5} "
+                  f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {occ:>4} {info['mma']:<5} "
                   f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {info['ex2']:<4} "
                   f"{info['per_element']:>5.1f} {time.time() - t0:>5.1f}",
                   flush=True)

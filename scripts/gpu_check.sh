@@ -23,7 +23,8 @@
 #                    issue's shape): every backend, dropout 0 and 0.1,
 #                    padding or not                                         120   60  attention.log
 #   triton_tiles     the triton backend's tile candidates against sdpa,
-#                    padded, 1024 first, then 2048 and 512                  120   60  attention.log
+#                    padded, 1024 first, then 2048 and 512, forward and
+#                    backward timed apart (--split)                         120   60  attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
@@ -179,15 +180,18 @@ if missing:
 PY
 fi
 
-# tile candidates of the triton backend (BM,BN,BB,WARPS,STAGES[,BWD_WARPS[,BB_STEP]]) beside its plain
-# `triton` row, the sm90 default: forward 128 x 64, backward 128 rows per program walking 64 (32 with
-# dropout) at a time on 8 warps. In order: the default until 2026-11-24 (square 64 x 64 backward on
-# 8 warps, which Triton lays over both warpgroups doing the same rows: benchmarks/compile_triton_rpe.py,
-# column dup, and BENCHMARKS.md), the 128 x 32 backward without dropout too, the square backward on
-# one warpgroup, a narrower forward, and 4 warps everywhere at 2 stages (3 forward blocks per SM).
+# tile candidates of the triton backend (BM,BN,BB,WARPS,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]])
+# beside its plain `triton` row, the sm90 default since 2026-11-26: 64 x 64 tiles on 4 warps, 2
+# stages, in all three kernels (2-3 programs per SM: compile_triton_rpe.py's occ column). In order:
+# the default before (forward 128 x 64, backward 128 rows walking 64 at a time, on 8 warps: 1
+# program per SM), the runner-up of the 2026-11-25 sweep (a 128 x 32 forward, 2 per SM, with that
+# backward), then the two mixed: the default's forward with the 8-warp backward at 3 stages, and
+# the 128 x 32 forward with the default's backward; last the default with a 32-wide backward step
+# (3 programs per SM without dropout, no spill with it). --split times each forward alone, so the
+# best forward and the best backward can be combined (BENCHMARKS.md, "Tiles").
 # Every candidate fits sm90's shared memory (tests/ast_t5/test_triton_rpe_attention.py checks it: a
 # 128 x 128 forward needs 240 KB, over the 227 KB a block may have, and would fail to launch).
-TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,64,64,8,3 128,64,128,8,3,8,32 128,64,64,8,3,4 128,32,128,8,3,8,64 64,64,64,4,2}
+TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,64,128,8,3,8,64 128,32,128,8,3,8,64 64,64,128,4,2,8,64,3 128,32,64,8,3,4,64,2 64,64,64,4,2,4,32,2}
 # the suite in two parts, one per group: the attention files (whole files, so that their CPU tests
 # run too) and everything else
 ATTENTION_TESTS="tests/ast_t5/test_model_attention.py tests/ast_t5/test_triton_rpe_attention.py tests/fused_ops"
@@ -204,7 +208,7 @@ run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attent
   --json "$WORK/attention.json"
 # shellcheck disable=SC2086
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
-  --backends sdpa triton --lengths 1024 2048 512 --padding padded --triton-blocks $TRITON_TILES \
+  --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \
   --json "$WORK/attention_tiles.json"
 # shellcheck disable=SC2086
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS

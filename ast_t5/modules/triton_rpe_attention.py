@@ -58,10 +58,11 @@ Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
   form, K and V are re-staged and P and dS transposed through shared memory on every iteration.
 - dQ: one program per (query block of BLOCK queries, batch x head) looping over keys STEP at a
   time, dQ += dS K.
-Both give a program 128 rows on 8 warps by default, so that each of the two warpgroups owns 64 of
-them: with square 64 x 64 tiles on 8 warps (the default until 2026-11-24), Triton laid the chained
-products over 8 warps along the rows, and both warpgroups computed the same 64 rows (up to 1.67x
-the minimum tensor-core work, and with key padding every element-wise step twice).
+On 8 warps a program takes 128 rows, so that each of the two warpgroups owns 64 of them: with
+square 64 x 64 tiles on 8 warps (the default until 2026-11-24), Triton laid the chained products
+over 8 warps along the rows, and both warpgroups computed the same 64 rows (up to 1.67x the
+minimum tensor-core work, and with key padding every element-wise step twice). 64 x 64 tiles on 4
+warps, one warpgroup (sm90's default since 2026-11-26), compute each row once too.
 
 The table gradient d per_distance[h, t] = sum over b and over pairs (i, j) with
 clamp(j - i) = t of dS. It is reduced PER DISTANCE inside the dQ kernel, never per element (in
@@ -85,10 +86,12 @@ head size up to 256 (padded to a power of two, at least 16), any T and S (T != S
 requires T == S), fewer than 2^31 elements per tensor (int32 offsets), per_distance (H, 2 M + 1)
 in any float dtype (read and accumulated in fp32; its gradient is returned in its dtype).
 
-Tiles (`default_blocks`): per GPU generation, the largest that spill no registers, fit the shared
-memory and, on sm90, run on Hopper's wgmma (`benchmarks/compile_triton_rpe.py` compiles the
-kernels without a GPU, specialized as Triton's JIT specializes them, and reports all three). Not
-tuned for speed: that needs the GPU benchmark (its --triton-blocks option).
+Tiles (`default_blocks`): on sm90 at head size <= 64, the fastest of a measured sweep (64 x 64
+tiles on 4 warps in all three kernels, several programs per SM); elsewhere the largest that spill
+no registers, fit the shared memory and, on sm90, run on Hopper's wgmma
+(`benchmarks/compile_triton_rpe.py` compiles the kernels without a GPU, specialized as Triton's
+JIT specializes them, and reports all three, with how many programs fit an SM), not yet
+measured (the GPU benchmark's --triton-blocks option).
 
 Masks cost only where needed: without key padding, a tile is masked only if it holds keys past
 S or (causal) crosses the diagonal; interior tiles skip the mask.
@@ -598,52 +601,63 @@ def _capability(device: torch.device) -> int:
 
 def default_blocks(head_dim: int, device: torch.device, capability: Optional[int] = None,
                    dropout: bool = False) -> tuple:
-    """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps, num_stages, bwd num_warps, bwd STEP)
-    (`resolve_blocks`) for a call of head size ``head_dim``, with attention dropout or not.
+    """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps, num_stages, bwd num_warps, bwd STEP, bwd
+    num_stages) (`resolve_blocks`) for a call of head size ``head_dim``, with attention dropout
+    or not.
 
-    On CUDA (``capability``: major * 10 + minor, default the device's), for every mask variant:
-    the largest tiles that spill no registers, fit the GPU's shared memory and, on sm90, use
-    Hopper's wgmma instruction (`benchmarks/compile_triton_rpe.py`, which compiles the kernels as
-    the JIT specializes them, without a GPU; Triton 3.6, the GPU host's, and 3.9).
+    sm90 (H100, H200) at head size <= 64, the T5 and AST-T5 models' 64: **measured**. 64 x 64
+    tiles on one warpgroup (4 warps) and 2 pipeline stages in all three kernels, with and without
+    dropout. In gpu_check's tile sweep on an H200 (2026-11-25, padded, B16 H12 D64 bf16,
+    BENCHMARKS.md) they were 2-12% faster than the 8-warp, 128-row tiles that were the default at
+    each of the six conditions (2.28 against 2.47 ms at T=S=1024, 5.28 against 5.93 at 2048, 1.58
+    against 1.74 at 512, dropout 0; 2.92, 6.67, 1.61 against 3.01, 7.58, 1.65 at 0.1), and the
+    fastest of the six candidates summed over them (20.3 ms; the next, a 128 x 32 forward on 8
+    warps with the 128-row backward, 20.5; the default 22.4). The likely reason is occupancy
+    (`benchmarks/compile_triton_rpe.py`'s ``occ`` column): these tiles need few enough registers
+    and little enough shared memory for 3 forward and 2 backward programs to share an SM, where
+    the 128-row tiles fit one, so one program's exponentials and loads can overlap another's
+    matrix products; the runner-up's forward fits 2. But the same 4-warp backward at 3 stages
+    beside the old forward was slower than the old default, so which kernel gained is owed to
+    the split timing of the next sweep (`bench_attention.py --split`). With dropout the backward
+    spills 8-16 bytes at these tiles (Triton 3.6; 40-104 under 3.9) and was faster anyway.
 
-    The backward gives each program 128 rows on 8 warps, walking the other axis 32 or 64 at a
-    time: two warpgroups then own 64 rows each. (With square 64 x 64 tiles on 8 warps, Triton lays
-    the chained products over 8 warps along the rows, so both warpgroups computed the same rows:
-    up to 1.67x the tensor-core work and, with key padding, every element-wise step twice.) Its
-    64-wide step spills with dropout on sm90, which then walks 32 at a time; sm80 takes 32 (it
-    spills at 64), and at head size 128 keeps square 32 x 32 tiles (128 rows spill there). GPUs
-    with about 100 KB of shared memory per block (sm86, sm89, sm120) pipeline 2 stages, not 3: the
-    forward's staged K, V and bias tiles need 128 KB at 3; with dropout their backward walks 16
-    at a time (dQ spills at 32 with causality under Triton 3.6). Their speed is not measured yet
-    (`scripts/gpu_check.sh`'s triton_tiles step times them against other candidates). On CPU (the
-    interpreter): moderate tiles, few programs.
+    Elsewhere, not measured yet, for every mask variant: the largest tiles that spill no
+    registers, fit the GPU's shared memory and, on sm90, use Hopper's wgmma instruction
+    (`benchmarks/compile_triton_rpe.py` compiles the kernels as the JIT specializes them,
+    without a GPU; Triton 3.6, the GPU host's, and 3.9). The backward gives each program 128 rows
+    on 8 warps, walking the other axis 32 at a time (sm80 spills at 64); at head size 128 sm80
+    keeps square 32 x 32 tiles (128 rows spill there). GPUs with about 100 KB of shared memory per
+    block (sm86, sm89, sm120) pipeline 2 stages, not 3: the forward's staged K, V and bias tiles
+    need 128 KB at 3; with dropout their backward walks 16 at a time (dQ spills at 32 with
+    causality under Triton 3.6). `scripts/gpu_check.sh`'s triton_tiles step times candidates
+    against the default. On CPU (the interpreter): moderate tiles, few programs.
     """
     if device.type != "cuda":
-        return 32, 32, 32, 4, DEFAULT_STAGES, 4, 32
+        return 32, 32, 32, 4, DEFAULT_STAGES, 4, 32, DEFAULT_STAGES
     if capability is None:
         capability = _capability(device)
     hopper = 90 <= capability < 100
+    if hopper and head_dim <= 64:
+        return 64, 64, 64, 4, 2, 4, 64, 2
     stages = DEFAULT_STAGES if capability in (80, 87) or 90 <= capability < 120 else 2
     if head_dim <= 64:
-        if hopper:
-            step = 32 if dropout else 64
-        else:
-            step = 16 if dropout and stages == 2 else 32
+        step = 16 if dropout and stages == 2 else 32
         forward, backward = (128, 64), (128, step)
     elif head_dim <= 128:
         forward, backward = (128, 32), (128, 32) if hopper else (32, 32)
     else:
         forward, backward = (32, 32), (16, 16)
-    return forward + (backward[0], 8, stages, 8, backward[1])
+    return forward + (backward[0], 8, stages, 8, backward[1], stages)
 
 
 def resolve_blocks(blocks) -> tuple:
     """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward num_warps[, bwd
-    STEP]]]) as the 7 integers the kernels take, checked. Stages default to `DEFAULT_STAGES`, the
-    backward's warps to ``num_warps``, STEP to BLOCK. The backward kernels give each program BLOCK
-    rows (dK/dV: keys; dQ: queries) and walk the other axis STEP at a time, so their tiles are
-    BLOCK x STEP. Every block is a power of two >= 16 (``tl.dot``, and the dropout mask's 16 x 16
-    groups), and STEP <= BLOCK (dQ's table gradient takes tiles of whole STEP-wide diagonals)."""
+    STEP[, backward num_stages]]]]) as the 8 integers the kernels take, checked. Stages default
+    to `DEFAULT_STAGES`, the backward's warps to ``num_warps``, STEP to BLOCK, the backward's
+    stages to ``num_stages``. The backward kernels give each program BLOCK rows (dK/dV: keys; dQ:
+    queries) and walk the other axis STEP at a time, so their tiles are BLOCK x STEP. Every block
+    is a power of two >= 16 (``tl.dot``, and the dropout mask's 16 x 16 groups), and STEP <= BLOCK
+    (dQ's table gradient takes tiles of whole STEP-wide diagonals)."""
     blocks = tuple(int(b) for b in blocks)
     if len(blocks) == 4:
         blocks += (DEFAULT_STAGES,)
@@ -651,10 +665,12 @@ def resolve_blocks(blocks) -> tuple:
         blocks += (blocks[3],)
     if len(blocks) == 6:
         blocks += (blocks[2],)
-    if len(blocks) != 7 or min(blocks) < 1:
+    if len(blocks) == 7:
+        blocks += (blocks[4],)
+    if len(blocks) != 8 or min(blocks) < 1:
         raise ValueError(f"tiles must be (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, "
-                         f"backward num_warps[, bwd STEP]]]), positive, got {blocks}")
-    sizes = blocks[:3] + blocks[6:]
+                         f"backward num_warps[, bwd STEP[, backward num_stages]]]]), positive, got {blocks}")
+    sizes = blocks[:3] + blocks[6:7]
     if any(b < 16 or b & (b - 1) for b in sizes):
         raise ValueError(f"the blocks must be powers of two >= 16 (tl.dot, dropout groups), got {sizes}")
     if blocks[6] > blocks[2]:
@@ -734,7 +750,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         else:
             kv_end = pad_count = torch.zeros(1, dtype=torch.int32, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
-        block_m, block_n, _, warps, stages, _, _ = blocks
+        block_m, block_n, _, warps, stages, _, _, _ = blocks
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
@@ -757,7 +773,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
-        _, _, block_bwd, _, stages, warps, step_bwd = blocks
+        _, _, block_bwd, _, _, warps, step_bwd, stages = blocks
         do = _as_kernel_input(grad_out)
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
         # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
@@ -799,7 +815,8 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         dropout_p: attention-probability dropout (0 in eval).
         scale: multiplier of q k^T.
         blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward
-            num_warps[, bwd STEP]]]) (`resolve_blocks`), default `default_blocks`.
+            num_warps[, bwd STEP[, backward num_stages]]]]) (`resolve_blocks`), default
+            `default_blocks`.
     Returns:
         (B, H, T, D) in q's dtype.
     """
