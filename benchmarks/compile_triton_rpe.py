@@ -5,7 +5,8 @@ instruction, about half of Hopper's rate) and whether its loop's loads are softw
 (``cp.async`` or TMA copies into shared memory), and ``conv``: how many register tiles its loops
 send through shared memory per iteration (`loop_conversions`), ``ex2``: whether its
 exponentials are single instructions (`instructions`), ``occ``: how many of its programs an SM
-holds at once (`resident_programs`), and ``i/el``: the machine instructions of
+holds at once (`resident_programs`), ``ser``: whether ptxas serializes its Hopper matrix products
+(`wgmma_serialized`: each then waits for the previous one), and ``i/el``: the machine instructions of
 its main loop per tile element a thread holds (`loop_instructions`; an H100 SM issues 128 lanes
 of instructions per cycle against 2048 bf16 multiply-adds, and at D 64 an element costs 128
 multiply-adds in the forward, 256 in dK/dV: above about 8 and 16 instructions per element, the
@@ -236,6 +237,32 @@ def _cuobjdump(kernel, flag: str) -> str:
         return subprocess.run([tool, flag, path], capture_output=True, text=True).stdout
 
 
+def _ptxas_log(kernel, arch: int) -> str:
+    """ptxas's verbose log for the kernel's PTX (Triton runs ptxas with -v but discards the log)."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    gpu = f"sm_{arch}a" if arch == 90 else f"sm_{arch}"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "k.ptx")
+        with open(path, "w") as f:
+            f.write(kernel.asm["ptx"])
+        return subprocess.run([tool, "-v", f"--gpu-name={gpu}", path, "-o", os.path.join(tmp, "k.cubin")],
+                              capture_output=True, text=True).stderr
+
+
+def wgmma_serialized(ptxas_log: str):
+    """Why ptxas serialized the kernel's wgmma instructions (its C7515 "Potential Performance
+    Loss"), or None. Serialized, every Hopper matrix product waits for the previous one to finish
+    (no overlap of a product with the next, nor of products with the element-wise work), in the
+    whole kernel. It happened in the dQ kernel until 2026-11-26: on the path where its key loop runs
+    no iteration, the zero-initialized accumulator was copied into the registers of the product
+    that the loop leaves in flight past its end."""
+    found = re.search(r"C7515\)[^:]*: wgmma\.mma_async instructions are serialized due to (.*?)(?: in the function|$)",
+                      ptxas_log, re.M)
+    return found.group(1).strip() if found else None
+
+
 def resources(kernel) -> dict:
     """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
     found = re.search(r"REG:(\d+) STACK:(\d+)", _cuobjdump(kernel, "--dump-resource-usage"))
@@ -252,11 +279,11 @@ def main(argv=None) -> int:
     if tra.triton is None:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
-    spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = full_exp = 0
+    spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = full_exp = serialized = 0
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
           f"(B, {args.heads}, {args.length}, D) tensors")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
-          f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'pipe':<4} {'dup':>4} {'conv':>4} "
+          f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'ser':<3} {'pipe':<4} {'dup':>4} {'conv':>4} "
           f"{'ex2':<4} {'i/el':>5} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
@@ -286,6 +313,13 @@ def main(argv=None) -> int:
             info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps),
                         conv=loop_conversions(kernel.asm["ttgir"]),
                         per_element=loop_instructions(_cuobjdump(kernel, "-sass")) / (loop_tile / (32 * kernel_warps)))
+            serial = "-"
+            if info["mma"] == "wgmma":
+                why = wgmma_serialized(_ptxas_log(kernel, arch))
+                serial = "yes" if why else "no"
+                if why:
+                    serialized += 1
+                    print(f"# {arch} {head_dim} {variant} {name}: ptxas serializes its wgmma: {why}", flush=True)
             duplicated += (info["dup"] or 0) > 1.01
             full_exp += info["ex2"] == "full"
             spills += bool(info["stack"])
@@ -296,13 +330,14 @@ def main(argv=None) -> int:
             dup = "-" if info["dup"] is None else f"{info['dup']:.1f}"
             occ = resident_programs(arch, info["regs"] or 255, info["shared"], kernel_warps)
             print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {config:<14} "
-                  f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {occ:>4} {info['mma']:<5} "
+                  f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {occ:>4} {info['mma']:<5} {serial:<3} "
                   f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {info['ex2']:<4} "
                   f"{info['per_element']:>5.1f} {time.time() - t0:>5.1f}",
                   flush=True)
     print(f"{spills} kernel(s) with a spill stack")
     print(f"{unpipelined} kernel(s) without pipelined loads")
     print(f"{ampere_mma_on_hopper} sm90 kernel(s) without wgmma")
+    print(f"{serialized} kernel(s) whose wgmma ptxas serializes (C7515)")
     print(f"{too_much_shared} kernel(s) needing more shared memory than their GPU has")
     print(f"{duplicated} backward kernel(s) doing their element-wise work more than once (dup > 1)")
     print(f"{full_exp} kernel(s) with full-range exponentials (ex2 full: about 4 more instructions per element)")

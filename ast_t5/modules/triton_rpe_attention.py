@@ -57,7 +57,8 @@ Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
   every product's left operand is either them or a tile already in registers; in the untransposed
   form, K and V are re-staged and P and dS transposed through shared memory on every iteration.
 - dQ: one program per (query block of BLOCK queries, batch x head) looping over keys STEP at a
-  time, dQ += dS K.
+  time, dQ += dS K. Its loop runs at least once: a compiled path skipping it made ptxas serialize
+  every matrix product of the kernel (until 2026-11-26; `benchmarks/compile_triton_rpe.py`, ``ser``).
 On 8 warps a program takes 128 rows, so that each of the two warpgroups owns 64 of them: with
 square 64 x 64 tiles on 8 warps (the default until 2026-11-24), Triton laid the chained products
 over 8 warps along the rows, and both warpgroups computed the same 64 rows (up to 1.67x the
@@ -487,9 +488,16 @@ if triton is not None:
             hi = tl.load(KV_END + b)  # as in the forward
         if CAUSAL:
             hi = tl.minimum(hi, start_m + BLOCK_M)
-        for start_n in range(0, hi, BLOCK_N):
+        # At least one iteration, so that the compiled loop has no path that skips it: on that path the
+        # zero-initialized dQ accumulator was copied into the registers of the dQ product the loop leaves
+        # in flight past its end, and ptxas then serialized every wgmma of the kernel (C7515, each product
+        # waiting for the one before: `benchmarks/compile_triton_rpe.py`'s ``ser`` column; every sm90 dQ
+        # kernel until 2026-11-26). The one iteration of a row of padding alone (hi = 0) loads zeros for its
+        # keys (the mask below: keys from hi on are padding or, causal, after every query of the block) and
+        # adds nothing: its probabilities are masked to 0.
+        for start_n in range(0, tl.maximum(hi, 1), BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
-            kv_ok = (offs_n[:, None] < S) & d_ok
+            kv_ok = (offs_n[:, None] < hi) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units

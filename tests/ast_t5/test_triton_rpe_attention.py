@@ -483,8 +483,9 @@ def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_load
     the table gradient): they run their matrix products on wgmma and pipeline their loads, the
     forward's loop has no layout conversion through shared memory, every exponential is a single
     ex2 instruction, an SM holds at least 2 programs of each kernel (what made the default tiles
-    faster on the H200: `default_blocks`), and without dropout nothing spills. (With dropout the
-    backward spills a few bytes at these tiles and was faster anyway.)"""
+    faster on the H200: `default_blocks`), ptxas does not serialize the products, and without
+    dropout nothing spills. (With dropout the backward spills a few bytes at these tiles and was
+    faster anyway.)"""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
@@ -502,9 +503,25 @@ def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_load
     assert {line["ex2"] for line in lines} == {"ftz"}, proc.stdout
     assert min(int(line["occ"]) for line in lines) >= 2, proc.stdout
     assert {line["stack"] for line in lines if line["variant"] == "padded"} == {"0"}, proc.stdout
+    # ptxas overlaps the matrix products (every sm90 dQ kernel had them serialized until 2026-11-26)
+    assert {line["ser"] for line in lines} == {"no"}, proc.stdout
     for summary in ("0 kernel(s) without pipelined loads", "0 sm90 kernel(s) without wgmma",
+                    "0 kernel(s) whose wgmma ptxas serializes",
                     "0 kernel(s) needing more shared memory", "0 kernel(s) with full-range exponentials"):
         assert summary in proc.stdout, proc.stdout
+
+
+def test_wgmma_serialized_reads_ptxas_performance_warning():
+    """The compile check's ``ser`` column: ptxas's C7515 note, which it prints when it makes every
+    wgmma of a kernel wait for the previous one."""
+    serialized = load_benchmark("compile_triton_rpe").wgmma_serialized
+    log = ("ptxas info    : (C7515) Potential Performance Loss: wgmma.mma_async instructions are serialized due "
+           "to non wgmma instructions defining accumulator registers of a wgmma between start and end of the "
+           "pipeline stage in the function '_bwd_dq_kernel'\nptxas info    : Used 227 registers, used 1 barriers\n")
+    assert serialized(log) == ("non wgmma instructions defining accumulator registers of a wgmma between start "
+                               "and end of the pipeline stage")
+    assert serialized("ptxas info    : Used 134 registers, used 1 barriers\n") is None
+    assert serialized("") is None
 
 
 def test_resident_programs_follows_the_occupancy_rules():
