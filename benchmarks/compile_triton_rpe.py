@@ -45,7 +45,7 @@ VARIANTS = {  # name -> (key padding, causal, dropout)
     "plain": (False, False, False), "padded": (True, False, False), "causal": (False, True, False),
     "dropout": (False, False, True), "padded-dropout": (True, False, True), "causal-dropout": (False, True, True),
 }
-MAX_DISTANCE = 128  # T5 v1.1; the paper's 256 changes only the table accumulator's size
+MAX_DISTANCE = 128  # T5 v1.1's; --max-distance 256 for the paper's (the dQ kernel's table accumulator)
 # the most shared memory one block may use (bytes, opt-in; CUDA programming guide, compute
 # capabilities table): a kernel needing more fails at launch with "out of resources"
 SHARED_LIMIT = {80: 166912, 86: 101376, 87: 166912, 89: 101376, 90: 232448}
@@ -65,6 +65,8 @@ def parse_args(argv=None):
     p.add_argument("--length", type=int, default=1024,
                    help="queries = keys of the modelled call; decides which integers the JIT marks divisible by 16")
     p.add_argument("--heads", type=int, default=12, help="heads of the modelled call")
+    p.add_argument("--max-distance", type=int, default=MAX_DISTANCE,
+                   help="the relative bias's max_distance M (T5 v1.1: 128, the AST-T5 paper's model: 256)")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -73,6 +75,8 @@ def parse_args(argv=None):
         args.blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.blocks]
     except ValueError:
         p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] (integers)")
+    if args.max_distance < 1:
+        p.error("--max-distance must be >= 1")
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
     return args
@@ -281,7 +285,7 @@ def main(argv=None) -> int:
         return 2
     spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = full_exp = serialized = 0
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
-          f"(B, {args.heads}, {args.length}, D) tensors")
+          f"(B, {args.heads}, {args.length}, D) tensors, max_distance {args.max_distance}")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
           f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'ser':<3} {'pipe':<4} {'dup':>4} {'conv':>4} "
           f"{'ex2':<4} {'i/el':>5} {'s':>5}")
@@ -295,16 +299,16 @@ def main(argv=None) -> int:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
             return 2
         ints = call_integers(head_dim, args.length, args.heads)
-        common = dict(M=MAX_DISTANCE, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
+        common = dict(M=args.max_distance, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
         bwd_tile = block_bwd * step_bwd
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}",
                     warps, stages, 0, block_m * block_n),
                    ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd),
                     f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
-                   ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * MAX_DISTANCE + 1), TABLE_GRAD=True,
-                                                  BLOCK_M=block_bwd, BLOCK_N=step_bwd,
-                                                  **tra._band_layout(MAX_DISTANCE, block_bwd, step_bwd)),
+                   ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * args.max_distance + 1),
+                                                  TABLE_GRAD=True, BLOCK_M=block_bwd, BLOCK_N=step_bwd,
+                                                  **tra._band_layout(args.max_distance, block_bwd, step_bwd)),
                     f"{block_bwd}x{step_bwd}",
                     bwd_warps, bwd_stages, bwd_tile, bwd_tile))
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
