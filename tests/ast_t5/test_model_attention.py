@@ -543,16 +543,21 @@ def test_unpadding_is_one_graph_without_host_reads():
 
 
 def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
-    """benchmarks/bench_attention.py's CPU smoke mode (tiny shape, no flex: its CPU compile is slow)."""
+    """benchmarks/bench_attention.py's CPU smoke mode (tiny shape, no flex: its CPU compile is slow).
+    sdpa-prebuilt (the dense bias built outside the timed call) gets its own rows, is compared
+    (``x pre``) but never wins: it leaves out the table gradient."""
     import json
 
     bench = load_benchmark("bench_attention")
     out = tmp_path / "sub" / "attention.json"
-    assert bench.main(["--backends", "eager", "sdpa", "auto", "flash-nobias", "sdpa-nobias", "--lengths", "24",
-                       "--dropouts", "0", "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+    assert bench.main(["--backends", "eager", "sdpa", "sdpa-prebuilt", "auto", "flash-nobias", "sdpa-nobias",
+                       "--lengths", "24", "--dropouts", "0", "--repeats", "1", "--warmup", "0",
+                       "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = payload["rows"]
-    assert len(rows) == 10 and payload["device"] == "cpu"  # 5 backends x (no padding, padding)
+    assert len(rows) == 12 and payload["device"] == "cpu"  # 6 backends x (no padding, padding)
+    assert all(w["backend"] != "sdpa-prebuilt" for w in payload["winners"]) and len(payload["winners"]) == 2
+    assert all(row["x_prebuilt"] > 0 for row in rows), rows
     # one bias-free winner per condition, among the bias-free rows, with the others' times beside it
     assert [(w["padded"], sorted([w["backend"], *w["others"]])) for w in payload["nobias_winners"]] == [
         (False, ["flash-nobias", "sdpa-nobias"]), (True, ["flash-nobias", "sdpa-nobias"])]
