@@ -652,6 +652,36 @@ def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, p
         assert err <= 4 * own_err + 1e-3, (name, err, own_err)
 
 
+def _compiled_kernels(fn) -> list:
+    """The kernels Triton's JIT compiled for ``fn`` in this process (its per-device caches)."""
+    kernels = []
+    for entry in getattr(fn, "device_caches", {}).values():
+        for kernel in entry[0].values():
+            kernels.append(kernel.result() if hasattr(kernel, "result") else kernel)
+    return kernels
+
+
+@requires_cuda
+@pytest.mark.skipif(CUDA and torch.cuda.get_device_capability()[0] != 9,
+                    reason="ptxas serializes wgmma, Hopper's instruction: an sm90 check")
+def test_gpu_the_kernels_that_ran_keep_their_matrix_products_overlapped():
+    """ptxas's C7515 note on the kernels the JIT compiled here (every dQ kernel had its products
+    serialized until 2026-11-26; `compile_triton_rpe.wgmma_serialized`), for the default tiles
+    with and without padding and dropout. Fails if no kernel of the three was found to check."""
+    ptxas_log = load_benchmark("compile_triton_rpe")._ptxas_log
+    serialized = load_benchmark("compile_triton_rpe").wgmma_serialized
+    for pad, p in ((False, 0.0), (True, 0.0), (True, 0.1)):
+        q, k, v, table, kpm = make(2, 4, 1000, 1000, 64, 128, dtype=torch.bfloat16, pad=pad, device="cuda")
+        out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, dropout_p=p)
+        torch.autograd.grad(out, [q, k, v, table], torch.randn_like(out))
+    torch.cuda.synchronize()
+    for fn in (tra._fwd_kernel, tra._bwd_dkdv_kernel, tra._bwd_dq_kernel):
+        kernels = _compiled_kernels(fn)
+        assert kernels, f"no compiled {fn.fn.__name__} found in Triton's JIT cache"
+        for kernel in kernels:
+            assert serialized(ptxas_log(kernel, 90)) is None, fn.fn.__name__
+
+
 @requires_cuda
 def test_gpu_dropout_matches_the_reference_with_the_kernel_mask():
     T, p = 300, 0.1
