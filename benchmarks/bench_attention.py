@@ -37,6 +37,9 @@ gradient reaching the table, as in the model:
   FlexAttention with the padding as a block mask (no dropout): the alternatives to the varlen
   packing for padded cross-attention. A ``bias-free winner`` line names the fastest of the three.
 
+With ``--kernel-times`` each triton row also lists the time of each kernel of one call
+(torch.profiler): the forward, dK/dV and dQ kernels and the PyTorch work around them.
+
 With ``--split`` each row also times its forward alone (without gradients): ``fwd ms``, and
 ``bwd ms`` = ms - fwd ms, so that the forward's and the backward's tiles can be chosen apart
 (gpu_check's tile sweep uses it).
@@ -96,6 +99,9 @@ def parse_args(argv=None):
     p.add_argument("--split", action="store_true",
                    help="also time each row's forward alone (no gradient): the ``fwd ms`` column and the "
                         "backward as the difference, to choose forward and backward tiles separately")
+    p.add_argument("--kernel-times", action="store_true",
+                   help="for the triton rows, also the time of each kernel of one fwd+bwd (torch.profiler, "
+                        "median over the repeats): forward, dK/dV, dQ and the PyTorch work around them")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -260,6 +266,32 @@ def time_ms(fn, device, warmup, repeats) -> float:
     return statistics.median(samples)
 
 
+def kernel_times(fn, device, repeats: int) -> Dict[str, float]:
+    """Milliseconds per call of each kernel (CUDA) or operator (CPU) that ``fn`` runs, by name, from
+    torch.profiler over ``repeats`` calls (the triton backend's three kernels, and the small PyTorch
+    operations around them: bias rows, padding counts, delta, the table gradient's sum). Names that
+    take under 1% of the total are summed as "other"."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = device.type == "cuda"
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        for _ in range(repeats):
+            fn()
+        if cuda:
+            torch.cuda.synchronize()
+    times = {}
+    for event in prof.key_averages():
+        total = event.self_device_time_total if cuda else event.self_cpu_time_total
+        if total > 0:
+            times[event.key] = total / 1000.0 / repeats
+    whole = sum(times.values()) or 1.0
+    kept = {k: v for k, v in times.items() if v >= 0.01 * whole}
+    other = whole - sum(kept.values())
+    if other > 0:
+        kept["other"] = other
+    return dict(sorted(kept.items(), key=lambda kv: -kv[1]))
+
+
 def max_error(result, reference) -> float:
     """Largest abs error over output and gradients, each relative to its reference's largest value."""
     worst = 0.0
@@ -365,6 +397,8 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                             if args.split and backward:
                                 row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
                                                         args.warmup, args.repeats)
+                            if args.kernel_times and name.split(":")[0] == "triton":
+                                row["kernels"] = kernel_times(fn, device, args.repeats)
                             if dropout == 0.0:
                                 key = ("bias-free" if name in NOBIAS else "biased", backward)
                                 if key not in ref_cache:
@@ -391,6 +425,12 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                     if pre_ms and row.get("ms"):
                         row["x_prebuilt"] = pre_ms / row["ms"]
                     print(format_row(row), flush=True)
+                for row in condition_rows:
+                    if row.get("kernels"):
+                        print(f"# kernels of {row['backend']} (T={length} dropout {dropout:g} padded "
+                              f"{'yes' if padded else 'no'}), ms per call: "
+                              + ", ".join(f"{k[:40]} {v:.3f}" for k, v in list(row["kernels"].items())[:8]),
+                              flush=True)
                 winner = condition_winner(condition_rows)
                 if winner is not None:
                     winners.append(winner)

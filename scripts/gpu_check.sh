@@ -21,7 +21,7 @@
 #   build            the fused_ops CUDA extension in place (about 20 s)      60   30  build.log
 #   bench_attention  bench_attention.py --device cuda at T = S = 1024 (the
 #                    issue's shape): every backend, dropout 0 and 0.1,
-#                    padding or not                                         120   60  attention.log
+#                    padding or not; the triton kernels' own times          120   60  attention.log
 #   triton_tiles     the triton backend's tile candidates against sdpa,
 #                    padded, 1024 first, then 2048 and 512, forward and
 #                    backward timed apart (--split)                         120   60  attention.log
@@ -205,7 +205,7 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 #   NAME                     CAP MIN LOG
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
 run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
-  --json "$WORK/attention.json"
+  --kernel-times --json "$WORK/attention.json"
 # shellcheck disable=SC2086
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \

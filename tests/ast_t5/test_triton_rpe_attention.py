@@ -454,20 +454,24 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
     """bench_attention.py's CPU smoke run with the triton rows (interpreter): the kernel ran as
     itself (no fallback), its error is PyTorch's order, tile variants get their own rows, and
     every condition names a winner in the JSON. The tile rows give the backward its own warps
-    (and stages); ``--split`` times each row's forward alone too."""
+    (and stages); ``--split`` times each row's forward alone too, ``--kernel-times`` lists the
+    triton rows' kernels (here the profiler's CPU operators)."""
     import json
 
     bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
     assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2",
                        "--lengths", "24", "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1",
-                       "--warmup", "0", "--split", "--json", str(out)]) == 0
+                       "--warmup", "0", "--split", "--kernel-times", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
     assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2")
                          for p in (0.0, 0.1)}
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
+        assert (backend == "sdpa") == ("kernels" not in row), row  # --kernel-times: the triton rows
+        if backend != "sdpa":
+            assert row["kernels"] and all(ms > 0 for ms in row["kernels"].values()), row
         if backend != "sdpa":
             assert row["ran"] == "triton-rpe", row
         if dropout == 0.0:
