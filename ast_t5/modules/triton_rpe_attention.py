@@ -626,8 +626,10 @@ def default_blocks(head_dim: int, device: torch.device, capability: Optional[int
     the 128-row tiles fit one, so one program's exponentials and loads can overlap another's
     matrix products; the runner-up's forward fits 2. But the same 4-warp backward at 3 stages
     beside the old forward was slower than the old default, so which kernel gained is owed to
-    the split timing of the next sweep (`bench_attention.py --split`). With dropout the backward
-    spills 8-16 bytes at these tiles (Triton 3.6; 40-104 under 3.9) and was faster anyway.
+    the split timing of the next sweep (`bench_attention.py --split`). Every figure of that sweep
+    also ran the dQ kernel with its matrix products serialized by ptxas (fixed the next day), so
+    the backward's ranking is to be measured again. With dropout the backward spills 8-16 bytes at
+    these tiles (Triton 3.6; 40-104 under 3.9) and was faster anyway.
 
     Elsewhere, not measured yet, for every mask variant: the largest tiles that spill no
     registers, fit the GPU's shared memory and, on sm90, use Hopper's wgmma instruction
