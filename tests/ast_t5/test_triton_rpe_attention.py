@@ -657,11 +657,16 @@ def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, p
 
 
 def _compiled_kernels(fn) -> list:
-    """The kernels Triton's JIT compiled for ``fn`` in this process (its per-device caches)."""
+    """The kernels Triton's JIT compiled for ``fn`` in this process (its per-device caches: a
+    tuple whose first item maps specializations to compiled kernels, in Triton 3.x)."""
     kernels = []
-    for entry in getattr(fn, "device_caches", {}).values():
-        for kernel in entry[0].values():
-            kernels.append(kernel.result() if hasattr(kernel, "result") else kernel)
+    try:
+        for entry in getattr(fn, "device_caches", {}).values():
+            for kernel in entry[0].values():
+                kernels.append(kernel.result() if hasattr(kernel, "result") else kernel)
+    except (AttributeError, IndexError, TypeError) as e:
+        raise AssertionError(f"Triton {triton.__version__}'s JIT cache has another layout ({e}): "
+                             "update _compiled_kernels") from e
     return kernels
 
 
