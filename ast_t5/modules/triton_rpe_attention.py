@@ -32,9 +32,11 @@ gets a zero output and zero gradients (FlashAttention's convention; the dense ba
 bias-weighted average of all values there; neither means anything, and T5's inputs have such
 rows only for a sequence that is padding throughout).
 
-Dropout: Philox 4x32-10 (``tl.randint4x``) keyed by one int64 seed drawn per call from PyTorch's
-generator of q's device (``torch.randint`` on that device, no host sync), so ``torch.manual_seed``
-reproduces it, and the backward regenerates the forward's keep mask. One Philox call gives four
+Dropout: Philox 4x32 with 7 rounds (``tl.randint4x``, `PHILOX_ROUNDS`; 10 until 2026-11-26: 7 is
+FlashAttention-2's count, so that of PyTorch's flash SDPA with dropout, and Salmon et al. (2011)
+found 7 rounds pass BigCrush, recommending 10 as a margin) keyed by one int64 seed drawn per call
+from PyTorch's generator of q's device (``torch.randint`` on that device, no host sync), so
+``torch.manual_seed`` reproduces it, and the backward regenerates the forward's keep mask. One Philox call gives four
 32-bit words, which serve 8 elements at 16 bits each. Writing query i = 16 i16 + 8 a + r and key
 j = 16 j16 + 8 c + 2 q + e (r < 8, q < 4, a, c, e < 2), the call with counter
 ((((b H + h) ceil(T / 16) + i16) ceil(S / 16) + j16) 8 + r) 4 + q gives element (i, j) the high
@@ -45,7 +47,7 @@ call (where Triton replicates a whole tile over two warpgroups, both do:
 draws the mask in this layout and transposes the boolean tile). An element is
 kept where its 16 bits, read as an integer, are >= 65536 p: the rate applied is p rounded to a
 multiple of 2^-16 (`effective_dropout_p`; 0.1 -> 0.100006), and kept values are scaled by
-1 / (1 - that rate). Philox costs about a hundred integer instructions per call, and the mask is
+1 / (1 - that rate). Philox costs about seventy integer instructions per call, and the mask is
 drawn three times (forward, dK/dV, dQ): one call per element would cost several times the
 tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the eager reference).
 
@@ -146,6 +148,8 @@ INTERPRETED = bool(triton is not None and (_knobs.runtime.interpret or os.enviro
 # log2(e) and adds the full-range ex2's subnormal handling (a compare and two multiplies), about
 # four more instructions per element in each kernel (`benchmarks/compile_triton_rpe.py`, ``ex2``)
 LOG2E = math.log2(math.e)
+# rounds of the Philox 4x32 generator of the dropout mask (module docstring): FlashAttention-2's 7
+PHILOX_ROUNDS = 7
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -174,6 +178,7 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
 
 if triton is not None:
     _LOG2E = tl.constexpr(LOG2E)
+    _PHILOX_ROUNDS = tl.constexpr(PHILOX_ROUNDS)
 
     @triton.jit
     def _dot(a, b, PRECISION: tl.constexpr):
@@ -242,7 +247,7 @@ if triton is not None:
         j16 = (start_n // 16 + tl.arange(0, BLOCK_N // 16))[None, None, None, :, None, None, None]
         q4 = tl.arange(0, 4)[None, None, None, None, None, :, None]
         counter = (((bh.to(tl.int64) * ((T + 15) // 16) + i16) * ((S + 15) // 16) + j16) * 8 + r8) * 4 + q4
-        r0, r1, r2, r3 = tl.randint4x(seed, counter)
+        r0, r1, r2, r3 = tl.randint4x(seed, counter, _PHILOX_ROUNDS)
         a = tl.arange(0, 2)[None, :, None, None, None, None, None]
         c = tl.arange(0, 2)[None, None, None, None, :, None, None]
         e = tl.arange(0, 2)[None, None, None, None, None, None, :]

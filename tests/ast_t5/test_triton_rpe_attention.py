@@ -277,16 +277,16 @@ def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks):
     assert (plain.double() - without_dropout).abs().max() < 1e-5  # p = 0: no mask drawn at all
 
 
-def _philox4x32_10(c0, c1, key):
-    """Philox 4x32-10 (Salmon et al. 2011) in NumPy, on counters (c0, c1, 0, 0) and a 64-bit key:
-    an independent reference of what ``tl.randint4x`` computes."""
+def _philox4x32(c0, c1, key, rounds):
+    """Philox 4x32 with ``rounds`` rounds (Salmon et al. 2011) in NumPy, on counters (c0, c1, 0, 0)
+    and a 64-bit key: an independent reference of what ``tl.randint4x`` computes."""
     import numpy as np
 
     mask = np.uint64(0xFFFFFFFF)
     c0, c1 = c0.astype(np.uint64), c1.astype(np.uint64)
     c2, c3 = np.zeros_like(c0), np.zeros_like(c0)
     k0, k1 = np.uint64(key & 0xFFFFFFFF), np.uint64(key >> 32)
-    for _ in range(10):
+    for _ in range(rounds):
         p0, p2 = np.uint64(0xD2511F53) * c0, np.uint64(0xCD9E8D57) * c2  # exact in 64 bits
         c0, c1, c2, c3 = (p2 >> np.uint64(32)) ^ c1 ^ k0, p2 & mask, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & mask
         k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
@@ -295,7 +295,8 @@ def _philox4x32_10(c0, c1, key):
 
 @cpu_only
 def test_keep_mask_is_philox_in_the_documented_layout():
-    """Bit for bit against NumPy: element (b, h, i, j) takes the high (j even) or low half of word
+    """Bit for bit against NumPy's Philox 4x32 with 7 rounds (FlashAttention-2's count; 10 rounds
+    give other bits): element (b, h, i, j) takes the high (j even) or low half of word
     2 ((i // 8) % 2) + (j // 8) % 2 of the call with counter
     ((((b H + h) ceil(T/16) + i // 16) ceil(S/16) + j // 16) 8 + i % 8) 4 + (j // 2) % 4, and is
     kept where that half >= 65536 p. Shapes not multiples of 16 or of the 32-wide mask tiles."""
@@ -306,11 +307,17 @@ def test_keep_mask_is_philox_in_the_documented_layout():
     keep = tra.dropout_keep_mask(torch.tensor([key], dtype=torch.int64), B, H, T, S, p).numpy()
     bh, i, j = np.meshgrid(np.arange(B * H), np.arange(T), np.arange(S), indexing="ij")
     counter = ((((bh * -(-T // 16) + i // 16) * -(-S // 16) + j // 16) * 8 + i % 8) * 4 + (j // 2) % 4)
-    words = _philox4x32_10(counter & 0xFFFFFFFF, counter >> 32, key)
-    word = np.choose(2 * ((i // 8) % 2) + (j // 8) % 2, words)
-    half = np.where(j % 2 == 0, word >> np.uint64(16), word & np.uint64(0xFFFF))
-    expected = half >= round(65536 * p)
+    assert tra.PHILOX_ROUNDS == 7
+
+    def mask_of(rounds):
+        words = _philox4x32(counter & 0xFFFFFFFF, counter >> 32, key, rounds)
+        word = np.choose(2 * ((i // 8) % 2) + (j // 8) % 2, words)
+        half = np.where(j % 2 == 0, word >> np.uint64(16), word & np.uint64(0xFFFF))
+        return half >= round(65536 * p)
+
+    expected = mask_of(7)
     assert keep.shape == (B, H, T, S) and np.array_equal(keep.reshape(B * H, T, S), expected)
+    assert not np.array_equal(mask_of(10), expected)  # the reference tells the round counts apart
     assert abs(expected.mean() - (1 - p)) < 0.02  # 18,000 draws
     assert tra.effective_dropout_p(0.1) == 6554 / 65536 and tra.effective_dropout_p(0.0) == 0.0
     assert tra.effective_dropout_p(1 - 1e-9) == 65535 / 65536  # never 1: the scale 1 / (1 - p) stays finite
