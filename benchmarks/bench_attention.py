@@ -101,7 +101,7 @@ def parse_args(argv=None):
                         "backward as the difference, to choose forward and backward tiles separately")
     p.add_argument("--kernel-times", action="store_true",
                    help="for the triton rows, also the time of each kernel of one fwd+bwd (torch.profiler, "
-                        "median over the repeats): forward, dK/dV, dQ and the PyTorch work around them")
+                        "mean over the repeats): forward, dK/dV, dQ and the PyTorch work around them")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
