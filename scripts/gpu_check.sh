@@ -25,6 +25,10 @@
 #   triton_tiles     the triton backend's tile candidates against sdpa,
 #                    padded, 1024 first, then 2048 and 512, forward and
 #                    backward timed apart (--split)                         120   60  attention.log
+#   attention_profile  profile_attention_kernels.py: the triton kernels'
+#                    hardware counters under Nsight Compute (issue slots,
+#                    tensor pipe, occupancy, stall reasons, the hottest
+#                    instructions), flash's beside them                      120   60  attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
@@ -40,8 +44,8 @@
 #                    attention_tests, the whole suite on the GPU host       360  150  tests.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU) 45  30  bench_model.log
 # GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build bench_attention
-# triton_tiles attention_tests bench_model bench_attention_lengths (everything issue 10 still owes,
-# its targets first); train = build recipe bench_train other_tests norm_ffn (issue 11's, with the
+# triton_tiles attention_profile attention_tests bench_model bench_attention_lengths (everything
+# issue 10 still owes, its targets first); train = build recipe bench_train other_tests norm_ffn (issue 11's, with the
 # rest of the suite); all (the default) = both. A step runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
 # finished, as recorded in GPU_CHECK_STATE (default .gpu_check_state, git-ignored; a call without
@@ -65,8 +69,8 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build bench_attention triton_tiles attention_tests bench_model bench_attention_lengths recipe bench_train other_tests norm_ffn"
-ATTENTION_GROUP="build bench_attention triton_tiles attention_tests bench_model bench_attention_lengths"
+ALL_STEPS="build bench_attention triton_tiles attention_profile attention_tests bench_model bench_attention_lengths recipe bench_train other_tests norm_ffn"
+ATTENTION_GROUP="build bench_attention triton_tiles attention_profile attention_tests bench_model bench_attention_lengths"
 TRAIN_GROUP="build recipe bench_train other_tests norm_ffn"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
@@ -74,7 +78,7 @@ for step in ${GPU_CHECK_STEPS:-all}; do
     all) STEPS="$STEPS $ALL_STEPS" ;;
     attention) STEPS="$STEPS $ATTENTION_GROUP" ;;
     train) STEPS="$STEPS $TRAIN_GROUP" ;;
-    build|bench_attention|triton_tiles|attention_tests|bench_model|bench_attention_lengths|recipe|bench_train|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
+    build|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_attention_lengths|recipe|bench_train|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -210,6 +214,8 @@ run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attent
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \
   --json "$WORK/attention_tiles.json"
+run attention_profile        120  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
+  --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
 run bench_model              130  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
@@ -248,8 +254,8 @@ def read(name):
 tests = read("tests.log")
 figures["pytest_summaries"] = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", tests, re.M)
 figures["pytest_failures"] = re.findall(r"^FAILED (\S+)", tests, re.M)
-for name in ("train.json", "attention.json", "attention_tiles.json", "attention_lengths.json", "recipe.json",
-             "model.json"):
+for name in ("train.json", "attention.json", "attention_tiles.json", "attention_profile.json",
+             "attention_lengths.json", "recipe.json", "model.json"):
     path = os.path.join(work, name)
     if os.path.exists(path):
         try:

@@ -1,0 +1,369 @@
+"""Hardware counters of the attention kernels, from Nsight Compute: why each kernel takes its time.
+
+    python benchmarks/profile_attention_kernels.py --json OUT/attention_profile.json   # a GPU host with ncu
+
+`bench_attention.py` says how long the `triton` backend takes; this says why. It runs one forward
+and backward of the `triton` backend at the attention issue's shape (B16 H12 T=S=1024 D64 bf16,
+the (H, 32) bucket table's gradient included) at attention dropout 0 and 0.1, and the bias-free
+flash call at the same shape (PyTorch's or the flash-attn package's FlashAttention kernels, a
+reference for what a tuned kernel's counters look like), under ``ncu`` with the sections that
+say what bounds a kernel. For each kernel it prints:
+
+- ``us``: its duration under ncu (one launch, replayed once per counter pass with the caches
+  flushed in between: a cold-cache time for the breakdown, not a speed figure);
+- ``SM%``: ncu's compute throughput (the busiest SM unit, % of its peak);
+- ``issue%``: issue slots busy (above ~80% the instructions themselves bound the kernel, which
+  is what `compile_triton_rpe.py`'s instructions per element predict);
+- ``tensor%``: the tensor pipe's busy cycles (% of peak; the largest of ncu's tensor-pipe metrics);
+- ``occ%``: warps resident, % of the SM's maximum (achieved occupancy);
+- ``cyc/iss``: cycles between two instructions of one warp, and the largest stall reasons
+  (ncu's breakdown of those cycles: ``long_scoreboard`` = waiting for global memory,
+  ``short_scoreboard`` = shared memory or special functions such as exp2, ``barrier``,
+  ``wait`` = fixed latency, ``math_pipe_throttle``, ``mio_throttle``, ``selected`` = issuing...).
+
+The JSON (embedded by `scripts/gpu_check.sh` in figures.json as ``attention_profile``) has every
+counter of those sections per kernel and the hottest SASS instructions of each (warp-state samples
+per instruction, from ncu's source page): what the next change to a kernel should address.
+
+ncu reads the counters only where the driver lets it (the Firecracker machines of this workplace,
+not gVisor: /work/.library/device/KINDS.md); elsewhere the script stops with ncu's own error.
+``--clock-control none`` leaves the clocks as they are. Exit status: 0 when every kernel was
+profiled, 1 when the profiled run failed or some kernel is missing, 2 when there is no ncu.
+"""
+import argparse
+import csv
+import glob
+import io
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from typing import Dict, List, Optional
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+# the sections whose counters say what bounds a kernel (ncu --list-sections): throughput against the
+# peaks, the pipes' use, occupancy and its limits, the schedulers' issue, the stall breakdown, and the
+# per-instruction samples of the source page
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
+            "SchedulerStats", "WarpStateStats", "InstructionStats", "SourceCounters")
+# the triton backend's three kernels and the flash kernels; PyTorch's small kernels around them are not profiled
+KERNEL_FILTER = "regex:_fwd_kernel|_bwd_dkdv_kernel|_bwd_dq_kernel|flash"
+CONDITIONS = (("triton", 0.0), ("triton", 0.1), ("flash-nobias", 0.0))
+STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
+TENSOR = re.compile(r"^sm__(?:pipe_tensor\w*_cycles_active|inst_executed_pipe_tensor\w*)"
+                    r"\.avg\.pct_of_peak_sustained_active$")
+# one figure per column of the printed table: (key, raw metric names in order of preference)
+PICKS = (
+    ("duration_us", ("gpu__time_duration.sum",)),
+    ("sm_throughput_pct", ("sm__throughput.avg.pct_of_peak_sustained_elapsed",)),
+    ("issue_active_pct", ("smsp__issue_active.avg.pct_of_peak_sustained_active",
+                          "sm__inst_issued.avg.pct_of_peak_sustained_active")),
+    ("occupancy_pct", ("sm__warps_active.avg.pct_of_peak_sustained_active",)),
+    ("cycles_per_issue", ("smsp__average_warp_latency_per_inst_issued.ratio",)),
+    ("registers", ("launch__registers_per_thread",)),
+    ("dram_pct", ("gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed",
+                  "dram__throughput.avg.pct_of_peak_sustained_elapsed")),
+)
+TIME_UNITS = {"nsecond": 1e-3, "ns": 1e-3, "usecond": 1.0, "us": 1.0, "msecond": 1e3, "ms": 1e3,
+              "second": 1e6, "s": 1e6}
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--json", default=None, help="write the counters here (atomically)")
+    p.add_argument("--ncu", default=None, help="the ncu executable (default: $NCU, then PATH, then "
+                                               "/opt/nvidia/nsight-compute/*/ncu, /usr/local/cuda/bin/ncu)")
+    p.add_argument("--length", type=int, default=1024, help="T = S")
+    p.add_argument("--batch", type=int, default=16)
+    p.add_argument("--heads", type=int, default=12)
+    p.add_argument("--head-dim", type=int, default=64)
+    p.add_argument("--hot", type=int, default=40, help="hottest SASS instructions kept per kernel")
+    p.add_argument("--timeout", type=int, default=240, help="seconds for the profiled run")
+    p.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)  # the process ncu profiles
+    return p.parse_args(argv)
+
+
+def find_ncu(explicit: Optional[str] = None) -> Optional[str]:
+    for candidate in (explicit, os.environ.get("NCU")):
+        if candidate:
+            return candidate if os.access(candidate, os.X_OK) else None
+    found = shutil.which("ncu")
+    if found:
+        return found
+    for pattern in ("/opt/nvidia/nsight-compute/*/ncu", "/usr/local/cuda/bin/ncu", "/usr/local/cuda-*/bin/ncu"):
+        hits = sorted(glob.glob(pattern))
+        if hits:
+            return hits[-1]
+    return None
+
+
+def workload(args) -> int:
+    """The profiled process: each condition warmed up (compiled), then once between
+    cudaProfilerStart and cudaProfilerStop (ncu runs with --profile-from-start off)."""
+    import torch
+
+    if not torch.cuda.is_available():
+        print("profile_attention_kernels: no CUDA device", file=sys.stderr)
+        return 2
+    import bench_attention as bench
+
+    shape = argparse.Namespace(batch=args.batch, heads=args.heads, head_dim=args.head_dim)
+    device = torch.device("cuda")
+    q, k, v, pad, table, grad_out = bench.make_case(shape, args.length, False, torch.bfloat16, device)
+    steps = []
+    for name, dropout in CONDITIONS:
+        fn = bench.step_fn(name, q, k, v, pad, table, grad_out, dropout, backward=True)
+        for _ in range(3):
+            fn()
+        steps.append(fn)
+    torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStart()
+    for fn in steps:
+        fn()
+        torch.cuda.synchronize()
+    torch.cuda.cudart().cudaProfilerStop()
+    return 0
+
+
+def _number(text: str) -> Optional[float]:
+    try:
+        return float(text.replace(",", "").strip())
+    except (AttributeError, ValueError):
+        return None
+
+
+def _csv_rows(text: str) -> List[List[str]]:
+    """The CSV rows of ncu's output, its own ==PROF== / ==WARNING== lines left out."""
+    lines = [line for line in text.splitlines() if line.strip() and not line.startswith("==")]
+    return list(csv.reader(io.StringIO("\n".join(lines))))
+
+
+def parse_results(text: str) -> List[Dict]:
+    """Profiled kernels from ``ncu --import REPORT --csv --page raw`` (one row per kernel, one column
+    per metric, a row of units under the header) or from the long form (one row per metric:
+    "Metric Name", "Metric Unit", "Metric Value"), in launch order: [{"id", "kernel", "metrics":
+    {name: (value, unit)}}]. Values are floats where they read as numbers, else strings."""
+    rows = _csv_rows(text)
+    header_at = next((i for i, row in enumerate(rows) if "ID" in row and "Kernel Name" in row), None)
+    if header_at is None:
+        return []
+    header = rows[header_at]
+    col = {name: i for i, name in enumerate(header)}
+    results: Dict[str, Dict] = {}
+    body = rows[header_at + 1:]
+    if "Metric Name" in col and "Metric Value" in col:  # the long form
+        for row in body:
+            if len(row) != len(header):
+                continue
+            rid = row[col["ID"]]
+            result = results.setdefault(rid, {"id": rid, "kernel": row[col["Kernel Name"]], "metrics": {}})
+            value = row[col["Metric Value"]]
+            unit = row[col["Metric Unit"]] if "Metric Unit" in col else ""
+            number = _number(value)
+            result["metrics"][row[col["Metric Name"]]] = (value if number is None else number, unit)
+    else:
+        units = [""] * len(header)
+        for row in body:
+            if len(row) != len(header):
+                continue
+            if not row[col["ID"]].strip():  # the units row
+                units = row
+                continue
+            metrics = {}
+            for i, name in enumerate(header):
+                number = _number(row[i])
+                metrics[name] = (row[i] if number is None else number, units[i])
+            results[row[col["ID"]]] = {"id": row[col["ID"]], "kernel": row[col["Kernel Name"]], "metrics": metrics}
+    return sorted(results.values(), key=lambda r: _number(r["id"]) if _number(r["id"]) is not None else 0)
+
+
+def kernel_kind(name: str) -> str:
+    """A short name: forward, dK/dV, dQ for the triton kernels; the flash kernels' own, shortened
+    (their function name, or for a kernel called device_kernel<...> its first flash:: argument)."""
+    plain = re.sub(r"^void\s+", "", name)
+    for prefix, kind in (("_fwd_kernel", "forward"), ("_bwd_dkdv_kernel", "dK/dV"), ("_bwd_dq_kernel", "dQ")):
+        if plain.startswith(prefix):
+            return kind
+    short = re.sub(r"[<(].*", "", plain).split("::")[-1]
+    inner = re.search(r"flash::(\w*(?:Fwd|Bwd|fwd|bwd)\w*)", plain) or re.search(r"flash::(\w+)", plain)
+    if short == "device_kernel" and inner:
+        short = inner.group(1)
+    return short[:40]
+
+
+def label_results(results: List[Dict], conditions=CONDITIONS) -> List[Dict]:
+    """Each result's condition, in launch order: every condition starts with its forward kernel (the
+    only one whose name holds "fwd" and not "bwd"). Kernels before the first forward, or after more
+    forwards than conditions, are labelled "unknown"."""
+    index = -1
+    for result in results:
+        name = result["kernel"]
+        if "fwd" in name.lower() and "bwd" not in name.lower():
+            index += 1
+        if 0 <= index < len(conditions):
+            backend, dropout = conditions[index]
+            result["condition"] = f"{backend} p{dropout:g}"
+        else:
+            result["condition"] = "unknown"
+        result["kind"] = kernel_kind(name)
+    return results
+
+
+def summarize(result: Dict) -> Dict:
+    """The table's figures of one kernel, its stall breakdown (cycles per issued instruction, largest
+    first) and its tensor-pipe metrics."""
+    metrics = result["metrics"]
+    out = {"condition": result.get("condition"), "kind": result.get("kind"), "kernel": result["kernel"]}
+    for key, names in PICKS:
+        for name in names:
+            if name in metrics and isinstance(metrics[name][0], float):
+                value, unit = metrics[name]
+                if key == "duration_us":
+                    value *= TIME_UNITS.get(unit.strip().lower(), 1e-3 if not unit else float("nan"))
+                out[key] = value
+                break
+        else:
+            out[key] = None
+    tensor = {name: v for name, (v, _) in metrics.items() if TENSOR.match(name) and isinstance(v, float)}
+    out["tensor_pipes_pct"] = tensor
+    out["tensor_pct"] = max(tensor.values()) if tensor else None
+    stalls = {STALL.match(name).group(1): v for name, (v, _) in metrics.items()
+              if STALL.match(name) and isinstance(v, float)}
+    out["stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1]))
+    return out
+
+
+def hot_instructions(text: str, top: int) -> List[Dict]:
+    """From ``ncu --import REPORT --page source --csv --print-source sass``: per block of rows under
+    a header (one per kernel, in launch order), the ``top`` instructions with the most warp-state
+    samples, with every column that holds a number (the stall reasons' samples among them). A block
+    whose header has no sampling column keeps its first rows instead, so its columns can be read."""
+    blocks, header, rows = [], None, []
+
+    def close():
+        if header is None:
+            return
+        sample_cols = [i for i, name in enumerate(header) if "Sampling" in name and "All" in name] or \
+                      [i for i, name in enumerate(header) if "Sampling" in name]
+        keyed = []
+        for row in rows:
+            entry = {"source": row[header.index("Source")] if "Source" in header else row[min(1, len(row) - 1)]}
+            for i, name in enumerate(header):
+                number = _number(row[i])
+                if number is not None and number != 0:
+                    entry[name] = number
+            keyed.append((_number(row[sample_cols[0]]) or 0.0 if sample_cols else 0.0, entry))
+        if sample_cols:
+            keyed.sort(key=lambda kv: -kv[0])
+        blocks.append({"columns": header, "instructions": [e for _, e in keyed[:top]]})
+
+    for row in _csv_rows(text):
+        if "Source" in row and ("Address" in row or any("Sampling" in c for c in row)):
+            close()
+            header, rows = row, []
+        elif header is not None and len(row) == len(header):
+            rows.append(row)
+    close()
+    return blocks
+
+
+def print_table(kernels: List[Dict]) -> None:
+    def f(value, fmt):
+        return "-" if value is None else format(value, fmt)
+
+    print(f"{'condition':<16} {'kernel':<26} {'us':>8} {'SM%':>5} {'issue%':>6} {'tensor%':>7} {'occ%':>5} "
+          f"{'regs':>4} {'cyc/iss':>7}  largest stalls (cycles per issued instruction)")
+    for k in kernels:
+        stalls = ", ".join(f"{name} {value:.2f}" for name, value in list(k["stalls"].items())[:5])
+        print(f"{k['condition']:<16} {k['kind']:<26} {f(k['duration_us'], '8.1f')} {f(k['sm_throughput_pct'], '5.1f')} "
+              f"{f(k['issue_active_pct'], '6.1f')} {f(k['tensor_pct'], '7.1f')} {f(k['occupancy_pct'], '5.1f')} "
+              f"{f(k['registers'], '4.0f')} {f(k['cycles_per_issue'], '7.2f')}  {stalls}", flush=True)
+
+
+def write_json(path: str, payload: Dict) -> None:
+    tmp = f"{path}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(payload, fh, indent=1)
+    os.replace(tmp, path)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.workload:
+        return workload(args)
+    ncu = find_ncu(args.ncu)
+    payload = {"shape": f"B{args.batch} H{args.heads} T=S={args.length} D{args.head_dim} bf16, fwd+bwd",
+               "conditions": [f"{b} p{p:g}" for b, p in CONDITIONS], "sections": list(SECTIONS), "kernels": []}
+    if ncu is None:
+        message = "ncu (Nsight Compute) not found: set NCU or --ncu, or put it on the PATH"
+        print(f"profile_attention_kernels: {message}", file=sys.stderr)
+        payload["error"] = message
+        if args.json:
+            write_json(args.json, payload)
+        return 2
+    version = subprocess.run([ncu, "--version"], capture_output=True, text=True)
+    payload["ncu"] = {"path": ncu, "version": (version.stdout.strip().splitlines() or [""])[-1]}
+    # match and print kernels by their whole demangled names (FlashAttention-3's kernels are all called
+    # device_kernel<...>, with "flash" and "Fwd"/"Bwd" in their template arguments), where this ncu has
+    # the options (read from its --help, so that an older one runs without them)
+    helptext = subprocess.run([ncu, "--help"], capture_output=True, text=True).stdout
+    match_base = ["--kernel-name-base", "demangled"] if "--kernel-name-base" in helptext else []
+    print_base = ["--print-kernel-base", "demangled"] if "--print-kernel-base" in helptext else []
+    with tempfile.TemporaryDirectory() as tmp:
+        report = os.path.join(tmp, "attention")
+        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", *match_base,
+               "--kernel-name", KERNEL_FILTER, "--export", report, "--force-overwrite"]
+        for section in SECTIONS:
+            cmd += ["--section", section]
+        cmd += [sys.executable, os.path.abspath(__file__), "--workload", "--length", str(args.length),
+                "--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim)]
+        print("profile_attention_kernels:", " ".join(cmd), flush=True)
+        try:
+            run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        except subprocess.TimeoutExpired:
+            run = None
+        log = "" if run is None else run.stdout + run.stderr
+        payload["ncu_log_tail"] = log[-4000:] if run is None or run.returncode else log[-1000:]
+        if run is None or run.returncode != 0 or not os.path.exists(report + ".ncu-rep"):
+            why = f"timed out after {args.timeout} s" if run is None else f"exit {run.returncode}"
+            errors = [line for line in log.splitlines() if "ERROR" in line][-3:]
+            payload["error"] = f"the profiled run failed ({why}): " + (" | ".join(errors) or log[-300:])
+            print(f"profile_attention_kernels: {payload['error']}", file=sys.stderr)
+            if args.json:
+                write_json(args.json, payload)
+            return 1
+        raw = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "raw", "--csv"],
+                             capture_output=True, text=True)
+        source = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "source", "--csv",
+                                 "--print-source", "sass"], capture_output=True, text=True)
+    results = label_results(parse_results(raw.stdout))
+    kernels = [summarize(r) for r in results]
+    hot = hot_instructions(source.stdout, args.hot)
+    if len(hot) == len(kernels):
+        for kernel, block in zip(kernels, hot):
+            kernel["hot_instructions"] = block["instructions"]
+            kernel["source_columns"] = block["columns"]
+    else:
+        payload["source_page"] = {"blocks": hot, "note": f"{len(hot)} source blocks for {len(kernels)} kernels",
+                                  "head": source.stdout[:20000], "stderr": source.stderr[-1000:]}
+    payload["kernels"] = kernels
+    payload["all_metrics"] = [{"condition": r["condition"], "kind": r["kind"],
+                               "metrics": {name: v for name, (v, _) in r["metrics"].items()}} for r in results]
+    print_table(kernels)
+    if args.json:
+        write_json(args.json, payload)
+    expected = 3 * sum(backend == "triton" for backend, _ in CONDITIONS)
+    triton = sum(k["kind"] in ("forward", "dK/dV", "dQ") for k in kernels)
+    if triton < expected:
+        print(f"profile_attention_kernels: {triton} triton kernels profiled, {expected} expected "
+              f"(raw page: {raw.stderr.strip()[-300:] or 'no error'})", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
