@@ -29,6 +29,9 @@ gradient reaching the table, as in the model:
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
   ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] ...`` adds one row per tile
   configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run;
+- triton-frozen: the triton row with the bucket table frozen (no table gradient: the dQ kernel
+  without its per-distance reduction): what that reduction costs. It leaves out work, so it never
+  wins a condition;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
   attention run; the lower bound for a biased kernel). With padding it packs the real keys and
@@ -71,15 +74,15 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
-BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "auto", "flash-nobias",
-            "sdpa-nobias", "flex-nobias")
+BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-frozen", "auto",
+            "flash-nobias", "sdpa-nobias", "flex-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
                "sdpa-prebuilt": ("sdpa", "sdpa-masked-no-cudnn"), "flex": ("flex",), "flex-distance": ("flex",),
-               "triton": ("triton-rpe",)}
+               "triton": ("triton-rpe",), "triton-frozen": ("triton-rpe",)}
 # rows that leave out part of the work (the table gradient's reduction): compared, never a winner
-PARTIAL = ("sdpa-prebuilt",)
+PARTIAL = ("sdpa-prebuilt", "triton-frozen")
 NUM_BUCKETS, MAX_DISTANCE = 32, 128  # T5 v1.1
 
 
@@ -221,6 +224,16 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
             grads = torch.autograd.grad(out, [*leaves, dense], grad_out)
             return out, [*grads[:3], None]  # no table gradient to compare
         return run_prebuilt if backward else _without_grad(run_prebuilt)
+    if name == "triton-frozen":
+        # the triton row with the bucket table frozen: no table gradient, so the dQ kernel runs without
+        # its per-distance reduction; the difference to the triton row is what that reduction costs
+        def run_frozen():
+            with torch.no_grad():
+                bias = table(length, length)
+            folded, _, _ = ab.fold_masks("triton", bias, pad, False, dtype=dtype)
+            out = ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton")
+            return (out, list(torch.autograd.grad(out, leaves, grad_out))) if backward else (out, [])
+        return run_frozen if backward else _without_grad(run_frozen)
     if name == "flex-distance":
         def run_distance():
             saved, ab.FLEX_TABLE_GRAD = ab.FLEX_TABLE_GRAD, "distance"
@@ -324,7 +337,7 @@ def available(name, device) -> Optional[str]:
 
         ok, reason = fused_ops.fused_backend_status(device)
         return None if ok else reason
-    if name.split(":")[0] == "triton":
+    if name.split(":")[0] in ("triton", "triton-frozen"):
         from ast_t5.modules import triton_rpe_attention as tra
 
         if tra.triton is None:
@@ -397,7 +410,7 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                             if args.split and backward:
                                 row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
                                                         args.warmup, args.repeats)
-                            if args.kernel_times and name.split(":")[0] == "triton":
+                            if args.kernel_times and name.split(":")[0] in ("triton", "triton-frozen"):
                                 row["kernels"] = kernel_times(fn, device, args.repeats)
                             if dropout == 0.0:
                                 key = ("bias-free" if name in NOBIAS else "biased", backward)

@@ -9,6 +9,7 @@ checks run in a fresh pytest process instead (`test_interpreter_checks_in_a_fres
 With CUDA the compiled kernels run, and the GPU tests check that the interpreter was NOT used and
 that the kernel really ran (DISPATCH_COUNTS).
 """
+import argparse
 import importlib
 import os
 import re
@@ -467,13 +468,14 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
 
     bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
-    assert bench.main(["--backends", "sdpa", "triton", "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2",
-                       "--lengths", "24", "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1",
-                       "--warmup", "0", "--split", "--kernel-times", "--json", str(out)]) == 0
+    assert bench.main(["--backends", "sdpa", "triton", "triton-frozen",
+                       "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "--lengths", "24",
+                       "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
+                       "--split", "--kernel-times", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
-    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2")
-                         for p in (0.0, 0.1)}
+    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-frozen", "triton:16x16x16x4x3x2",
+                                          "triton:16x16x32x4x3x2x16x2") for p in (0.0, 0.1)}
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
         assert (backend == "sdpa") == ("kernels" not in row), row  # --kernel-times: the triton rows
@@ -484,6 +486,29 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
         if dropout == 0.0:
             assert row["err_ratio"] < 3.0, row
     assert len(payload["winners"]) == 2
+    # the frozen table's row leaves the table gradient out: it is timed beside the others, never a winner
+    assert all(w["backend"] != "triton-frozen" for w in payload["winners"])
+    # and its dQ kernel really runs without the reduction (TABLE_GRAD off), where the triton row's has it
+    tra = importlib.import_module("ast_t5.modules.triton_rpe_attention")
+    real, launched = tra._bwd_dq_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs["TABLE_GRAD"])
+                return real[grid](*args, **kwargs)
+            return launch
+    case = bench.make_case(argparse.Namespace(batch=1, heads=2, head_dim=16), 24, True, torch.float32,
+                           torch.device("cpu"))
+    tra._bwd_dq_kernel = Spy()
+    try:
+        _, frozen = bench.step_fn("triton-frozen", *case, 0.0, True)()
+        _, full = bench.step_fn("triton", *case, 0.0, True)()
+    finally:
+        tra._bwd_dq_kernel = real
+    assert launched == [False, True] and len(frozen) == 3 and full[3] is not None
+    for got, want in zip(frozen, full):
+        assert torch.equal(got, want)  # the same q, k, v gradients
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
