@@ -29,6 +29,9 @@ gradient reaching the table, as in the model:
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
   ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] ...`` adds one row per tile
   configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run;
+- triton-fused: the triton row with the fused backward (``triton_rpe_attention.BACKWARD = "fused"``:
+  dQ added by the dK/dV kernel with atomic adds, 5 matrix products per tile instead of 7, and a
+  band kernel for the table gradient of the tiles crossing the band (-M, M));
 - triton-frozen: the triton row with the bucket table frozen (no table gradient: the dQ kernel
   without its per-distance reduction): what that reduction costs. It leaves out work, so it never
   wins a condition;
@@ -74,13 +77,14 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
-BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-frozen", "auto",
-            "flash-nobias", "sdpa-nobias", "flex-nobias")
+BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
+            "triton-frozen", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
                "sdpa-prebuilt": ("sdpa", "sdpa-masked-no-cudnn"), "flex": ("flex",), "flex-distance": ("flex",),
-               "triton": ("triton-rpe",), "triton-frozen": ("triton-rpe",)}
+               "triton": ("triton-rpe",), "triton-fused": ("triton-rpe",), "triton-frozen": ("triton-rpe",)}
+TRITON_ROWS = ("triton", "triton-fused", "triton-frozen")  # the triton backend's rows (tile rows: triton:...)
 # rows that leave out part of the work (the table gradient's reduction): compared, never a winner
 PARTIAL = ("sdpa-prebuilt", "triton-frozen")
 NUM_BUCKETS, MAX_DISTANCE = 32, 128  # T5 v1.1
@@ -224,6 +228,17 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
             grads = torch.autograd.grad(out, [*leaves, dense], grad_out)
             return out, [*grads[:3], None]  # no table gradient to compare
         return run_prebuilt if backward else _without_grad(run_prebuilt)
+    if name == "triton-fused":  # the triton backend with the fused backward (triton_rpe_attention.BACKWARD)
+        from ast_t5.modules import triton_rpe_attention as tra
+
+        def run_fused():
+            saved, tra.BACKWARD = tra.BACKWARD, "fused"
+            try:
+                folded, _, _ = ab.fold_masks("triton", table(length, length), pad, False, dtype=dtype)
+                return finish(ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton"))
+            finally:
+                tra.BACKWARD = saved
+        return run_fused if backward else _without_grad(run_fused)
     if name == "triton-frozen":
         # the triton row with the bucket table frozen: no table gradient, so the dQ kernel runs without
         # its per-distance reduction; the difference to the triton row is what that reduction costs
@@ -337,7 +352,7 @@ def available(name, device) -> Optional[str]:
 
         ok, reason = fused_ops.fused_backend_status(device)
         return None if ok else reason
-    if name.split(":")[0] in ("triton", "triton-frozen"):
+    if name.split(":")[0] in TRITON_ROWS:
         from ast_t5.modules import triton_rpe_attention as tra
 
         if tra.triton is None:
@@ -410,7 +425,7 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                             if args.split and backward:
                                 row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
                                                         args.warmup, args.repeats)
-                            if args.kernel_times and name.split(":")[0] in ("triton", "triton-frozen"):
+                            if args.kernel_times and name.split(":")[0] in TRITON_ROWS:
                                 row["kernels"] = kernel_times(fn, device, args.repeats)
                             if dropout == 0.0:
                                 key = ("bias-free" if name in NOBIAS else "biased", backward)

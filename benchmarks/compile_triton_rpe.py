@@ -67,6 +67,9 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=12, help="heads of the modelled call")
     p.add_argument("--max-distance", type=int, default=MAX_DISTANCE,
                    help="the relative bias's max_distance M (T5 v1.1: 128, the AST-T5 paper's model: 256)")
+    p.add_argument("--backward", choices=("split", "fused"), default="split",
+                   help="the backward's structure (triton_rpe_attention.BACKWARD): split = dK/dV and dQ kernels; "
+                        "fused = the dK/dV kernel adding dQ atomically (dkdv+dq) and the band kernel (band)")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -84,7 +87,7 @@ def parse_args(argv=None):
 
 def _signature(fn, dtype, consts):
     pointers = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
-    fp32_pointers = {"PD", "LSE", "DELTA", "DTAB"}
+    fp32_pointers = {"PD", "LSE", "DELTA", "DTAB", "DQACC", "FAR"}
     sig = {}
     for name in fn.arg_names:
         if name in consts:
@@ -112,7 +115,7 @@ def call_integers(head_dim: int, length: int, heads: int) -> dict:
     rows' length and offset (`_bias_rows`)."""
     ints = dict(H=heads, T=length, S=length, D=head_dim,
                 pd_len=2 * length - 1 + 2 * 128, pd_off=length - 1 + 128)  # `_bias_rows` at 128-row tiles
-    for tensor in "qkvodg":
+    for tensor in "qkvodga":  # a: the fused backward's fp32 dQ accumulator
         ints.update({f"s{tensor}_b": heads * length * head_dim, f"s{tensor}_h": length * head_dim,
                      f"s{tensor}_t": head_dim})
     return ints
@@ -286,7 +289,7 @@ def main(argv=None) -> int:
     spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = full_exp = serialized = 0
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
           f"(B, {args.heads}, {args.length}, D) tensors, max_distance {args.max_distance}")
-    print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<6} {'tiles':<14} "
+    print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<7} {'tiles':<14} "
           f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'ser':<3} {'pipe':<4} {'dup':>4} {'conv':>4} "
           f"{'ex2':<4} {'i/el':>5} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
@@ -304,13 +307,19 @@ def main(argv=None) -> int:
         bwd_tile = block_bwd * step_bwd
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}",
                     warps, stages, 0, block_m * block_n),
-                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd),
+                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=False,
+                                                        FAR_SUMS=False, BAND_Q=block_bwd, BAND_K=step_bwd),
                     f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * args.max_distance + 1),
-                                                  TABLE_GRAD=True, BLOCK_M=block_bwd, BLOCK_N=step_bwd,
+                                                  TABLE_GRAD=True, BLOCK_M=block_bwd, BLOCK_N=step_bwd, BAND_ONLY=False,
                                                   **tra._band_layout(args.max_distance, block_bwd, step_bwd)),
                     f"{block_bwd}x{step_bwd}",
                     bwd_warps, bwd_stages, bwd_tile, bwd_tile))
+        if args.backward == "fused":  # the dK/dV kernel with dQ and the far sums, and the band kernel
+            (fwd, (_, dkdv, dkdv_consts, *dkdv_rest), (_, dq_fn, dq_consts, *dq_rest)) = kernels
+            kernels = (fwd, ("dkdv+dq", dkdv, dict(dkdv_consts, FUSE_DQ=True, FAR_SUMS=True, BAND_Q=block_bwd,
+                                                    BAND_K=step_bwd), *dkdv_rest),
+                       ("band", dq_fn, dict(dq_consts, BAND_ONLY=True), *dq_rest))
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints)
@@ -333,7 +342,7 @@ def main(argv=None) -> int:
             config = f"{tiles}/{kernel_warps}w{kernel_stages}s"
             dup = "-" if info["dup"] is None else f"{info['dup']:.1f}"
             occ = resident_programs(arch, info["regs"] or 255, info["shared"], kernel_warps)
-            print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<6} {config:<14} "
+            print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<7} {config:<14} "
                   f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {occ:>4} {info['mma']:<5} {serial:<3} "
                   f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {info['ex2']:<4} "
                   f"{info['per_element']:>5.1f} {time.time() - t0:>5.1f}",

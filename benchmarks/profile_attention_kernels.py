@@ -4,7 +4,8 @@
 
 `bench_attention.py` says how long the `triton` backend takes; this says why. It runs one forward
 and backward of the `triton` backend at the attention issue's shape (B16 H12 T=S=1024 D64 bf16,
-the (H, 32) bucket table's gradient included) at attention dropout 0 and 0.1, and the bias-free
+the (H, 32) bucket table's gradient included) at attention dropout 0 and 0.1, the same with the
+fused backward (``triton-fused``: dK/dV adding dQ, then the band kernel) at 0, and the bias-free
 flash call at the same shape (PyTorch's or the flash-attn package's FlashAttention kernels, a
 reference for what a tuned kernel's counters look like), under ``ncu`` with the sections that
 say what bounds a kernel. For each kernel it prints:
@@ -52,7 +53,7 @@ SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis",
             "SchedulerStats", "WarpStateStats", "InstructionStats", "SourceCounters")
 # the triton backend's three kernels and the flash kernels; PyTorch's small kernels around them are not profiled
 KERNEL_FILTER = "regex:_fwd_kernel|_bwd_dkdv_kernel|_bwd_dq_kernel|flash"
-CONDITIONS = (("triton", 0.0), ("triton", 0.1), ("flash-nobias", 0.0))
+CONDITIONS = (("triton", 0.0), ("triton", 0.1), ("triton-fused", 0.0), ("flash-nobias", 0.0))
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 TENSOR = re.compile(r"^sm__(?:pipe_tensor\w*_cycles_active|inst_executed_pipe_tensor\w*)"
                     r"\.avg\.pct_of_peak_sustained_active$")
@@ -204,12 +205,15 @@ def label_results(results: List[Dict], conditions=CONDITIONS) -> List[Dict]:
         name = result["kernel"]
         if "fwd" in name.lower() and "bwd" not in name.lower():
             index += 1
+        backend = None
         if 0 <= index < len(conditions):
             backend, dropout = conditions[index]
             result["condition"] = f"{backend} p{dropout:g}"
         else:
             result["condition"] = "unknown"
         result["kind"] = kernel_kind(name)
+        if backend == "triton-fused":  # its dK/dV kernel adds dQ; its dQ kernel is the band kernel
+            result["kind"] = {"dK/dV": "dK/dV+dQ", "dQ": "band"}.get(result["kind"], result["kind"])
     return results
 
 
@@ -356,8 +360,8 @@ def main(argv=None) -> int:
     print_table(kernels)
     if args.json:
         write_json(args.json, payload)
-    expected = 3 * sum(backend == "triton" for backend, _ in CONDITIONS)
-    triton = sum(k["kind"] in ("forward", "dK/dV", "dQ") for k in kernels)
+    expected = 3 * sum(backend.startswith("triton") for backend, _ in CONDITIONS)
+    triton = sum(k["kind"] in ("forward", "dK/dV", "dQ", "dK/dV+dQ", "band") for k in kernels)
     if triton < expected:
         print(f"profile_attention_kernels: {triton} triton kernels profiled, {expected} expected "
               f"(raw page: {raw.stderr.strip()[-300:] or 'no error'})", file=sys.stderr)

@@ -51,7 +51,7 @@ multiple of 2^-16 (`effective_dropout_p`; 0.1 -> 0.100006), and kept values are 
 drawn three times (forward, dK/dV, dQ): one call per element would cost several times the
 tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the eager reference).
 
-Backward, two kernels as in FlashAttention-2 (no atomics anywhere):
+Backward (`BACKWARD` = "split", the default), two kernels, with no atomics anywhere:
 - dK/dV: one program per (key block of BLOCK keys, batch x head) looping over queries STEP at
   a time, on transposed tiles (keys as rows): it recomputes P^T = exp2(K Q^T + bias - lse) (log2 units),
   dV += P_drop^T dO, dP^T = V dO^T (dropout mask applied), dS^T = P^T (dP^T - delta) with
@@ -82,6 +82,22 @@ tiles on sm90, the reduction pushed it past 255 registers into spills; `benchmar
   per sum place it into a vector of the 2 M + 1 distances;
 - each program writes its accumulator once to a (B H, query blocks, 2 M + 1) fp32 partial buffer
   (bytes: 4 (2 M + 1) per program, under 1 MB at B16 H12 T1024), which PyTorch sums.
+
+The fused backward (`BACKWARD` = "fused", or AST_T5_TRITON_BACKWARD=fused; not measured on a GPU
+yet, so not the default) does the dQ kernel's work where the tiles already are, as
+FlashAttention-2 does: the dK/dV kernel also computes dQ += dS K for each tile (the transposed dS
+tile goes through shared memory) and adds it to an fp32 (B, H, T, D) buffer with relaxed atomic
+adds (16-byte vector reductions), so the tiles are not recomputed: 5 matrix products per tile
+instead of 7. It also sums dS over the tiles whose distances all clamp, by key row, into one pair
+of fp32 per program. A band kernel (the dQ kernel with BAND_ONLY) then recomputes only the tiles
+that cross the band (-M, M), 2 products each, for the rest of the table gradient: 6 of every 16
+key tiles at T = 1024 with 64 x 64 tiles and M = 128, 6 of 8 at 512, 6 of 32 at 2048. The
+tile classification is the band kernel's in both kernels, so each pair is counted once. The
+costs: the buffer's zeroing and the cast to q's dtype, the atomics' traffic through L2 (16 KB per
+64 x 64 tile at D 64), and dQ's sums in a scheduling-dependent order (not bitwise deterministic,
+as FlashAttention's own dQ). Static figures (`compile_triton_rpe.py --backward fused`, Triton
+3.6, sm90, D 64): the fused dK/dV kernel runs 24.8 instructions per tile element against the
+split one's 17.0 and the dQ kernel's 26.3, the band kernel 27.0 on its tiles.
 
 Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
 accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any strides with a unit last one, any
@@ -365,17 +381,25 @@ if triton is not None:
         tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
     @triton.jit
-    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DK, DV,
+    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DK, DV, DQACC, FAR,
                          sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
-                         sg_b, sg_h, sg_t,
+                         sg_b, sg_h, sg_t, sa_b, sa_h, sa_t,
                          H, T, S, D, pd_len, pd_off, scale, dropout_p,
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
-                         PRECISION: tl.constexpr):
+                         PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr = False, FAR_SUMS: tl.constexpr = False,
+                         BAND_Q: tl.constexpr = 16, BAND_K: tl.constexpr = 16):
         """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
-        memory, where a transpose is free."""
+        memory, where a transpose is free.
+
+        FUSE_DQ (the ``fused`` backward, `BACKWARD`): also dQ += dS K for each tile, added to the
+        fp32 (B, H, T, D) DQACC with relaxed atomic adds (FlashAttention-2's dQ), so that no dQ
+        kernel recomputes the tiles. FAR_SUMS: also the table gradient's sums over the tiles that
+        the band kernel (`_bwd_dq_kernel` with BAND_ONLY, tiles of BAND_Q queries x BAND_K keys)
+        leaves out, those whose distances all lie <= -M or >= M: one pair of fp32 per program in
+        FAR (entries <= -M, >= M)."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -404,6 +428,9 @@ if triton is not None:
             seed = tl.load(SEED)
         dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
         dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
+        far_lo = tl.zeros((BLOCK_N,), dtype=tl.float32)  # FAR_SUMS: per key row, the far tiles' dS
+        far_hi = tl.zeros((BLOCK_N,), dtype=tl.float32)
+        band_k = offs_n // BAND_K * BAND_K  # FAR_SUMS: the first key of each row's band-kernel tile
         lo = 0
         if CAUSAL:
             lo = start_n  # queries before the block's first key see none of it
@@ -442,7 +469,21 @@ if triton is not None:
                 else:
                     dv += _dot(p_t.to(do.dtype), do, PRECISION)
                     ds_t = p_t * (dp_t - delta[None, :])
-                dk += _dot(ds_t.to(q_t.dtype), tl.trans(q_t), PRECISION)
+                ds_low = ds_t.to(q_t.dtype)
+                dk += _dot(ds_low, tl.trans(q_t), PRECISION)
+                if FUSE_DQ:  # dQ += dS K: the transposed tile goes through shared memory, as in FlashAttention-2
+                    dq_part = _dot(tl.trans(ds_low), k, PRECISION) * scale
+                    tl.atomic_add(DQACC + b * sa_b + h * sa_h + offs_m[:, None] * sa_t + offs_d[None, :], dq_part,
+                                  mask=(offs_m[:, None] < T) & d_ok, sem="relaxed")
+                if FAR_SUMS:  # the band kernel's tile of each key row: far when all its distances clamp
+                    base = band_k - start_m // BAND_Q * BAND_Q
+                    rows = tl.sum(ds_t, 1)
+                    far_lo += tl.where(base + BAND_K - 1 <= -M, rows, 0.0)
+                    far_hi += tl.where(base - (BAND_Q - 1) >= M, rows, 0.0)
+        if FAR_SUMS:
+            out = FAR + (bh * tl.num_programs(0) + pid_n) * 2
+            tl.store(out, tl.sum(far_lo, 0))
+            tl.store(out + 1, tl.sum(far_hi, 0))
         dk = dk * scale
         out_offs = b * sg_b + h * sg_h + offs_n[:, None] * sg_t + offs_d[None, :]  # dK, dV: same layout
         tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_ok)
@@ -456,7 +497,11 @@ if triton is not None:
                        M: tl.constexpr, TAB: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                       PRECISION: tl.constexpr):
+                       PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False):
+        """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
+        ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
+        clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
+        come from there too)."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -500,7 +545,12 @@ if triton is not None:
         # kernel until 2026-11-26). The one iteration of a row of padding alone (hi = 0) loads zeros for its
         # keys (the mask below: keys from hi on are padding or, causal, after every query of the block) and
         # adds nothing: its probabilities are masked to 0.
-        for start_n in range(0, tl.maximum(hi, 1), BLOCK_N):
+        first_n = 0
+        end_n = tl.maximum(hi, 1)
+        if BAND_ONLY:  # the tiles with start_n - start_m + BLOCK_N - 1 > -M and start_n - start_m - BLOCK_M + 1 < M
+            first_n = (tl.maximum(start_m - M - BLOCK_N + 2, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+            end_n = tl.minimum(hi, start_m + M + BLOCK_M - 1)
+        for start_n in range(first_n, end_n, BLOCK_N):
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < hi) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
@@ -521,13 +571,15 @@ if triton is not None:
                 ds = p_kept * _dot(do, tl.trans(v), PRECISION) - p * delta[:, None]
             else:
                 ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
-            dq += _dot(ds.to(k.dtype), k, PRECISION)
+            if not BAND_ONLY:
+                dq += _dot(ds.to(k.dtype), k, PRECISION)
             if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
                 tab, band, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, band, far_lo, far_hi,
                                                              t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED)
-        dq = dq * scale
-        tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], dq.to(DQ.dtype.element_ty),
-                 mask=q_ok)
+        if not BAND_ONLY:
+            dq = dq * scale
+            tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
+                     dq.to(DQ.dtype.element_ty), mask=q_ok)
         if TABLE_GRAD:  # this program's partial sums, one row of DTAB: entries 0 (<= -M) .. 2 M (>= M)
             out = DTAB + (bh * tl.num_programs(0) + pid_m) * (2 * M + 1)
             lo = tl.sum(far_lo, 0)
@@ -598,6 +650,17 @@ def _next_pow2(n: int) -> int:
 
 
 BLOCKS_OVERRIDE = None  # a tile tuple (`resolve_blocks`) for every call: tuning runs
+# The backward's structure (BACKWARDS; the module docstring):
+# - "split" (the default): a dK/dV kernel and a dQ kernel that recomputes every tile and reduces the
+#   table gradient (7 matrix products per tile, no atomics, deterministic);
+# - "fused": the dK/dV kernel also adds dQ += dS K to an fp32 buffer with atomic adds
+#   (FlashAttention-2's structure: 5 products per tile) and sums the table gradient over the tiles
+#   whose distances all clamp, and a band kernel recomputes only the tiles crossing the band
+#   (-M, M) for the rest of the table gradient (2 products each). dQ's sums then run in a
+#   scheduling-dependent order (not bitwise deterministic, as FlashAttention's own dQ).
+# Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-fused row times it beside triton.
+BACKWARDS = ("split", "fused")
+BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 DEFAULT_STAGES = 3  # software-pipelining stages of every kernel when a tile tuple gives none (Triton's default)
 
 
@@ -792,28 +855,51 @@ class _TritonRPEAttention(torch.autograd.Function):
         do = _as_kernel_input(grad_out)
         delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
         # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
-        dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
         table_grad = ctx.needs_input_grad[3]
+        fused = BACKWARD == "fused"
         n_blocks = triton.cdiv(T, block_bwd)  # programs of the dQ kernel, which reduces the table gradient
+        n_key_blocks = triton.cdiv(S, block_bwd)  # programs of the dK/dV kernel
+        unused = torch.zeros(1, dtype=torch.float32, device=q.device)
         dtab = torch.empty(B * H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
-            else torch.zeros(1, dtype=torch.float32, device=q.device)
+            else unused
+        if fused:  # dQ accumulated in fp32 by the dK/dV kernel's atomic adds; the far tiles' table sums there too
+            dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+            far = torch.empty(B * H, n_key_blocks, 2, dtype=torch.float32, device=q.device) if table_grad \
+                else unused
+        else:
+            dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            dq_acc = far = unused
         precision = _precision(q.dtype)
         common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
                       BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, num_warps=warps,
                       num_stages=stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
-        _bwd_dkdv_kernel[(triton.cdiv(S, block_bwd), B * H)](
-            q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, dk, dv, *strides, *dk.stride()[:3],
-            H, T, S, D, pd.size(1), pd_off, scale, dropout_p, BLOCK_N=block_bwd, BLOCK_M=step_bwd, **common)
-        _bwd_dq_kernel[(n_blocks, B * H)](
-            q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, dq, dtab, *strides, *dq.stride()[:3],
-            H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
-            **_band_layout(M, block_bwd, step_bwd),
-            BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
-        d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2)).to(table_dtype) if table_grad else None
+        acc_strides = dq_acc.stride()[:3] if fused else (0, 0, 0)
+        _bwd_dkdv_kernel[(n_key_blocks, B * H)](
+            q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, dk, dv, dq_acc, far, *strides,
+            *dk.stride()[:3], *acc_strides, H, T, S, D, pd.size(1), pd_off, scale, dropout_p,
+            BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=fused, FAR_SUMS=fused and table_grad,
+            BAND_Q=block_bwd, BAND_K=step_bwd, **common)
+        if table_grad or not fused:
+            _bwd_dq_kernel[(n_blocks, B * H)](
+                q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, unused if fused else dq, dtab, *strides,
+                *(acc_strides if fused else dq.stride()[:3]),
+                H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
+                **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused,
+                BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
+        d_table = None
+        if table_grad:
+            d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2))
+            if fused:
+                far_sums = far.view(B, H, n_key_blocks, 2).sum((0, 2))
+                d_table[:, 0] += far_sums[:, 0]
+                d_table[:, 2 * M] += far_sums[:, 1]
+            d_table = d_table.to(table_dtype)
+        if fused:
+            dq = dq_acc.to(q.dtype)
         return dq, dk, dv, d_table, None, None, None, None, None
 
 
@@ -842,6 +928,9 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if BACKWARD not in BACKWARDS:
+        raise ValueError(f"triton_rpe_attention.BACKWARD (AST_T5_TRITON_BACKWARD) must be one of {BACKWARDS}, "
+                         f"got {BACKWARD!r}")
     dropout_p = effective_dropout_p(dropout_p)
     kpm = None
     if key_padding_mask is not None:

@@ -73,6 +73,15 @@ SMALL = (16, 16, 16, 4)  # blocks for the interpreter: several tiles per row at 
 RECT = (16, 16, 32, 4, 3, 4, 16)  # the backward on 32 x 16 tiles (BLOCK rows, STEP-wide steps)
 
 
+@pytest.fixture(params=["split", "fused"])
+def backward(request, monkeypatch):
+    """Each backward structure (`triton_rpe_attention.BACKWARD`): dK/dV + dQ kernels, or dK/dV with dQ
+    by atomic adds + the band kernel for the table gradient."""
+    assert request.param in tra.BACKWARDS
+    monkeypatch.setattr(tra, "BACKWARD", request.param)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def _interpreter_env(monkeypatch):
     """Triton reads TRITON_INTERPRET while an interpreted kernel runs, too."""
@@ -192,7 +201,7 @@ CASES = [  # (T, S, D, M, causal, padding, blocks)
 
 @cpu_only
 @pytest.mark.parametrize("case", CASES)
-def test_forward_and_every_gradient_match_the_fp64_reference(case):
+def test_forward_and_every_gradient_match_the_fp64_reference(case, backward):
     T, S, D, M, causal, pad, blocks = case
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=pad)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
@@ -208,8 +217,44 @@ def test_forward_and_every_gradient_match_the_fp64_reference(case):
 
 @cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rect"])
+def test_fused_backward_launches_the_band_kernel_only_for_the_table_gradient(blocks, monkeypatch):
+    """The fused backward: dQ comes from the dK/dV kernel's atomic adds, so the band kernel (the dQ kernel
+    with BAND_ONLY) runs only when the table needs a gradient, and then visits band tiles alone; with
+    the table frozen, only the dK/dV kernel runs. Both equal the split backward's gradients, and an
+    unknown structure is refused in one line."""
+    T, S, D, M = 45, 45, 16, 8
+    q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=True)
+    grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
+    real, launched = tra._bwd_dq_kernel, []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs["BAND_ONLY"])
+                return real[grid](*args, **kwargs)
+            return launch
+    monkeypatch.setattr(tra, "_bwd_dq_kernel", Spy())
+    results = {}
+    for mode in ("split", "fused"):
+        monkeypatch.setattr(tra, "BACKWARD", mode)
+        for frozen in (False, True):
+            out = tra.triton_rpe_attention(q, k, v, table.detach() if frozen else table, key_padding_mask=kpm,
+                                           scale=0.3, blocks=blocks)
+            results[mode, frozen] = [out, *torch.autograd.grad(out, [q, k, v] + ([] if frozen else [table]), grad)]
+    assert launched == [False, False, True]  # split: dQ twice; fused: the band kernel for the table only
+    for frozen in (False, True):
+        errors = max_errors(results["fused", frozen][:4], results["split", frozen][:4])
+        assert max(errors) < 1e-5, errors
+    assert max(max_errors(results["fused", False][4:], results["split", False][4:])) < 1e-5
+    monkeypatch.setattr(tra, "BACKWARD", "atomic")
+    with pytest.raises(ValueError, match="AST_T5_TRITON_BACKWARD"):
+        tra.triton_rpe_attention(q, k, v, table, blocks=blocks)
+
+
+@cpu_only
+@pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rect"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal):
+def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal, backward):
     """`_padding_counts`: with right padding, no kernel visits a key tile that starts past a row's last
     unpadded key. NaN in those keys' K and V proves it (a visited tile multiplies its zero
     probabilities with them: NaN). A row of padding alone gets zeros. The rest equals the fp64
@@ -252,7 +297,7 @@ def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal):
 
 @cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rectangular-backward"])
-def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks):
+def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks, backward):
     T, S, D, M, p = 37, 41, 32, 8, 0.25
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=True)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
@@ -468,13 +513,13 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
 
     bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
-    assert bench.main(["--backends", "sdpa", "triton", "triton-frozen",
+    assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen",
                        "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
                        "--split", "--kernel-times", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
-    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-frozen", "triton:16x16x16x4x3x2",
+    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton:16x16x16x4x3x2",
                                           "triton:16x16x32x4x3x2x16x2") for p in (0.0, 0.1)}
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
@@ -545,6 +590,27 @@ def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_load
                     "0 kernel(s) whose wgmma ptxas serializes",
                     "0 kernel(s) needing more shared memory", "0 kernel(s) with full-range exponentials"):
         assert summary in proc.stdout, proc.stdout
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_the_fused_backward_compiles_for_hopper_on_overlapped_wgmma_with_pipelined_loads():
+    """The fused backward's two kernels (`BACKWARD` = "fused": dK/dV adding dQ atomically, and the band
+    kernel) at sm90's default tiles, with key padding, with and without dropout: wgmma whose products
+    ptxas does not serialize, pipelined loads, single-instruction exponentials, 2 programs per SM."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
+    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants", "padded",
+                           "padded-dropout", "--backward", "fused"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    header = next(line.split() for line in proc.stdout.splitlines() if line.startswith("arch"))
+    lines = [dict(zip(header, line.split())) for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    assert sorted((line["variant"], line["kernel"]) for line in lines) == [
+        (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("band", "dkdv+dq", "fwd")]
+    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, proc.stdout
+    assert {line["ex2"] for line in lines} == {"ftz"} and {line["ser"] for line in lines} == {"no"}, proc.stdout
+    assert min(int(line["occ"]) for line in lines) >= 2, proc.stdout
 
 
 def test_wgmma_serialized_reads_ptxas_performance_warning():
@@ -674,7 +740,7 @@ def test_gpu_runs_the_compiled_kernels_not_the_interpreter():
 @requires_cuda
 @pytest.mark.parametrize("length,causal,pad", [(512, False, True), (1024, False, False), (1000, True, True),
                                                (576, False, True)])  # 576 % 128 == 64: cuDNN's bad case
-def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, pad):
+def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, pad, backward):
     M = 128
     q, k, v, table, kpm = make(2, 4, length, length, 64, M, dtype=torch.bfloat16, pad=pad, device="cuda")
     grad = torch.randn(q.shape, device="cuda").bfloat16()
@@ -724,7 +790,7 @@ def test_gpu_the_kernels_that_ran_keep_their_matrix_products_overlapped():
 
 
 @requires_cuda
-def test_gpu_dropout_matches_the_reference_with_the_kernel_mask():
+def test_gpu_dropout_matches_the_reference_with_the_kernel_mask(backward):
     T, p = 300, 0.1
     q, k, v, table, kpm = make(2, 4, T, T, 64, 128, pad=True, device="cuda")
     grad = torch.randn(q.shape, device="cuda")

@@ -29,6 +29,9 @@ KERNELS = [
     ("_fwd_kernel", "700,000", 38.0, 33.0, 30.0, 7.5, 128, 20.0, 19.0, 0.5, 3.0, 1.0),
     ("_bwd_dkdv_kernel", "1,200,000", 40.0, 45.0, 20.0, 8.0, 255, 20.0, 19.0, 0.3, 2.0, 3.0),
     ("_bwd_dq_kernel", "1,300,000", 29.0, 40.0, 18.0, 9.5, 255, 15.0, 14.0, 4.5, 1.0, 2.0),
+    ("_fwd_kernel", "610,000", 40.0, 35.0, 30.0, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
+    ("_bwd_dkdv_kernel", "1,000,000", 45.0, 50.0, 20.0, 6.0, 255, 30.0, 29.0, 0.4, 1.0, 3.5),
+    ("_bwd_dq_kernel", "400,000", 30.0, 28.0, 18.0, 9.0, 230, 18.0, 17.0, 4.0, 1.0, 2.0),
     ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>, false>(flash::Flash_fwd_params)",
      "200,000", 70.0, 60.0, 40.0, 3.0, 255, 65.0, 60.0, 0.2, 1.0, 0.5),
     ("void flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<64>>(flash::Flash_bwd_params)",
@@ -73,6 +76,7 @@ def test_the_counters_of_each_kernel_are_read_and_labelled_by_condition(long_for
     assert [(r["condition"], r["kind"]) for r in results] == [
         ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
         ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
+        ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
         ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel")]
     fwd = profile.summarize(results[0])
     assert fwd["duration_us"] == pytest.approx(612.345)  # nanoseconds with a thousands separator
@@ -182,7 +186,7 @@ def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monk
     monkeypatch.delenv("FAKE_NCU_FAIL")
     (tmp_path / "raw.csv").write_text(raw_page().replace("_bwd_dq_kernel", "some_other_kernel"))
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
-    assert "4 triton kernels profiled, 6 expected" in capsys.readouterr().err
+    assert "6 triton kernels profiled, 9 expected" in capsys.readouterr().err
     monkeypatch.delenv("NCU", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     missing = tmp_path / "missing.json"
