@@ -97,7 +97,7 @@ costs: the buffer's zeroing and the cast to q's dtype, the atomics' traffic thro
 64 x 64 tile at D 64), and dQ's sums in a scheduling-dependent order (not bitwise deterministic,
 as FlashAttention's own dQ). Static figures (`compile_triton_rpe.py --backward fused`, Triton
 3.6, sm90, D 64): the fused dK/dV kernel runs 24.8 instructions per tile element against the
-split one's 17.0 and the dQ kernel's 26.3, the band kernel 27.0 on its tiles.
+split one's 17.0 and the dQ kernel's 26.3, the band kernel 22.5 on its tiles.
 
 Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
 accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any strides with a unit last one, any
@@ -274,7 +274,7 @@ if triton is not None:
 
     @triton.jit
     def _table_grad_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr):
+                         M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, BAND_ONLY: tl.constexpr = False):
         """Add the (BLOCK_M, BLOCK_N) tile ``ds`` (query rows, key columns; its (0, 0) element at
         distance ``base``, a multiple of BLOCK_N; BLOCK_M a multiple of BLOCK_N) to the program's
         per-distance sums (`_bwd_dq_kernel`): ``far_lo`` and ``far_hi`` per query row (distances
@@ -288,29 +288,40 @@ if triton is not None:
         t = c + BLOCK_N (r - BLOCK_M / BLOCK_N) with r = (base + M) / BLOCK_N - w + BLOCK_M /
         BLOCK_N: one row of ``band``, selected without moving data (the far distances land in its
         rows t <= 0 and t >= 2 M). Otherwise two 1-D gathers per class place it in ``tab``."""
-        if base + BLOCK_N - 1 <= -M:
+        if BAND_ONLY:  # the band kernel visits no far tile: the far branches are not compiled
+            tab, band, far_lo, far_hi = _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M, BLOCK_N, M,
+                                                   ROWS, ALIGNED)
+        elif base + BLOCK_N - 1 <= -M:
             far_lo += tl.sum(ds, 1)
         elif base - (BLOCK_M - 1) >= M:
             far_hi += tl.sum(ds, 1)
         else:
-            rows = tl.arange(0, BLOCK_M)[:, None]
-            cols = tl.arange(0, BLOCK_N)[None, :]
-            rot = tl.gather(ds, (rows + cols) % BLOCK_N, 1)
-            wraps = (rows + cols) // BLOCK_N
-            exact = (t_idx > 0) & (t_idx < 2 * M)
-            first_row = tl.arange(0, BLOCK_M) == 0
-            for w in tl.static_range(BLOCK_M // BLOCK_N + 1):
-                diag = tl.sum(tl.where(wraps == w, rot, 0.0), 0)  # diagonal c - BLOCK_N w of the tile
-                if ALIGNED:
-                    r = (base + M) // BLOCK_N - w + BLOCK_M // BLOCK_N
-                    band += tl.where(tl.arange(0, ROWS)[:, None] == r, diag[None, :], 0.0)
-                else:
-                    d = base + tl.arange(0, BLOCK_N) - BLOCK_N * w
-                    far_lo += tl.where(first_row, tl.sum(tl.where(d <= -M, diag, 0.0), 0), 0.0)
-                    far_hi += tl.where(first_row, tl.sum(tl.where(d >= M, diag, 0.0), 0), 0.0)
-                    r = t_idx - M - base + BLOCK_N * w  # the column of ``diag`` holding table entry t
-                    got = tl.gather(diag, tl.minimum(tl.maximum(r, 0), BLOCK_N - 1), 0)
-                    tab += tl.where(exact & (r >= 0) & (r < BLOCK_N), got, 0.0)
+            tab, band, far_lo, far_hi = _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M, BLOCK_N, M,
+                                                   ROWS, ALIGNED)
+        return tab, band, far_lo, far_hi
+
+    @triton.jit
+    def _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                   M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr):
+        """`_table_grad_tile` for a tile crossing the band: the skew and the diagonal sums."""
+        rows = tl.arange(0, BLOCK_M)[:, None]
+        cols = tl.arange(0, BLOCK_N)[None, :]
+        rot = tl.gather(ds, (rows + cols) % BLOCK_N, 1)
+        wraps = (rows + cols) // BLOCK_N
+        exact = (t_idx > 0) & (t_idx < 2 * M)
+        first_row = tl.arange(0, BLOCK_M) == 0
+        for w in tl.static_range(BLOCK_M // BLOCK_N + 1):
+            diag = tl.sum(tl.where(wraps == w, rot, 0.0), 0)  # diagonal c - BLOCK_N w of the tile
+            if ALIGNED:
+                r = (base + M) // BLOCK_N - w + BLOCK_M // BLOCK_N
+                band += tl.where(tl.arange(0, ROWS)[:, None] == r, diag[None, :], 0.0)
+            else:
+                d = base + tl.arange(0, BLOCK_N) - BLOCK_N * w
+                far_lo += tl.where(first_row, tl.sum(tl.where(d <= -M, diag, 0.0), 0), 0.0)
+                far_hi += tl.where(first_row, tl.sum(tl.where(d >= M, diag, 0.0), 0), 0.0)
+                r = t_idx - M - base + BLOCK_N * w  # the column of ``diag`` holding table entry t
+                got = tl.gather(diag, tl.minimum(tl.maximum(r, 0), BLOCK_N - 1), 0)
+                tab += tl.where(exact & (r >= 0) & (r < BLOCK_N), got, 0.0)
         return tab, band, far_lo, far_hi
 
     @triton.jit
@@ -575,7 +586,7 @@ if triton is not None:
                 dq += _dot(ds.to(k.dtype), k, PRECISION)
             if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
                 tab, band, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, band, far_lo, far_hi,
-                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED)
+                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED, BAND_ONLY)
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
