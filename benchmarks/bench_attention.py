@@ -28,7 +28,8 @@ gradient reaching the table, as in the model:
   reading the (H, 2 M + 1) vector, with dropout, padding and the table gradient reduced per
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
   ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] ...`` adds one row per tile
-  configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run;
+  configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run (a
+  ``fused:`` prefix runs those tiles with the fused backward: a ``triton-fused:...`` row);
 - triton-fused: the triton row with the fused backward (``triton_rpe_attention.BACKWARD = "fused"``:
   dQ added by the dK/dV kernel with atomic adds, 5 matrix products per tile instead of 7, and a
   band kernel for the table gradient of the tiles crossing the band (-M, M));
@@ -97,8 +98,9 @@ def parse_args(argv=None):
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
     p.add_argument("--triton-blocks", nargs="+", default=[],
-                   metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
-                   help="extra `triton` rows with these tiles (forward BLOCK_M, BLOCK_N, backward BLOCK, "
+                   metavar="[fused:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
+                   help="extra `triton` rows with these tiles, with the fused backward after a fused: prefix "
+                        "(forward BLOCK_M, BLOCK_N, backward BLOCK, "
                         "num_warps[, num_stages: default 3[, backward num_warps: default num_warps[, backward "
                         "STEP: default BLOCK[, backward num_stages: default num_stages]]]]), e.g. 128,64,64,8 "
                         "64,64,32,4,3 128,64,128,8,3,8,32 64,64,128,4,2,8,64,3: to tune "
@@ -130,19 +132,22 @@ def parse_args(argv=None):
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    try:
-        args.triton_blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.triton_blocks]
+    try:  # a "fused:" prefix: the tiles with the fused backward (a triton-fused:... row)
+        args.triton_blocks = [(spec.startswith("fused:"), tuple(int(x) for x in spec.split(":")[-1].split(",")))
+                              for spec in args.triton_blocks]
     except ValueError:
-        p.error("--triton-blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] (integers)")
+        p.error("--triton-blocks: each value is [fused:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] "
+                "(integers)")
     if args.triton_blocks:
         from ast_t5.modules.triton_rpe_attention import resolve_blocks
 
         try:
-            for blocks in args.triton_blocks:
+            for _, blocks in args.triton_blocks:
                 resolve_blocks(blocks)
         except ValueError as e:
             p.error(f"--triton-blocks: {e}")
-    args.backends = list(args.backends) + ["triton:" + "x".join(map(str, b)) for b in args.triton_blocks]
+    args.backends = list(args.backends) + [("triton-fused:" if fused else "triton:") + "x".join(map(str, b))
+                                           for fused, b in args.triton_blocks]
     if min(args.lengths) < 2 or args.batch < 1 or args.heads < 1 or args.head_dim < 1 or args.repeats < 1:
         p.error("lengths must be >= 2 and batch, heads, head-dim, repeats >= 1")
     return args
@@ -199,18 +204,20 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         def run():
             return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))
         return run if backward else _without_grad(run)
-    if name.startswith("triton:"):  # a tile configuration under test (--triton-blocks)
+    if name.startswith(("triton:", "triton-fused:")):  # a tile configuration under test (--triton-blocks)
         from ast_t5.modules import triton_rpe_attention as tra
 
         blocks = tuple(int(x) for x in name.split(":")[1].split("x"))
+        structure = "fused" if name.startswith("triton-fused:") else "split"
 
         def run_blocks():
-            saved, tra.BLOCKS_OVERRIDE = tra.BLOCKS_OVERRIDE, blocks
+            saved = tra.BLOCKS_OVERRIDE, tra.BACKWARD
+            tra.BLOCKS_OVERRIDE, tra.BACKWARD = blocks, structure
             try:
                 folded, _, _ = ab.fold_masks("triton", table(length, length), pad, False, dtype=dtype)
                 return finish(ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton"))
             finally:
-                tra.BLOCKS_OVERRIDE = saved
+                tra.BLOCKS_OVERRIDE, tra.BACKWARD = saved
         return run_blocks if backward else _without_grad(run_blocks)
     if name == "sdpa-prebuilt":
         # the dense (1, H, T, S) bias with the masks folded in, built once outside the timed call, as a

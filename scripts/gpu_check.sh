@@ -191,11 +191,12 @@ fi
 # program per SM), the runner-up of the 2026-11-25 sweep (a 128 x 32 forward, 2 per SM, with that
 # backward), then the two mixed: the default's forward with the 8-warp backward at 3 stages, and
 # the 128 x 32 forward with the default's backward; last the default with a 32-wide backward step
-# (3 programs per SM without dropout, no spill with it). --split times each forward alone, so the
+# (3 programs per SM without dropout, no spill with it); then the fused backward (triton_rpe_attention.BACKWARD)
+# at the default tiles and with the 32-wide step. --split times each forward alone, so the
 # best forward and the best backward can be combined (BENCHMARKS.md, "Tiles").
 # Every candidate fits sm90's shared memory (tests/ast_t5/test_triton_rpe_attention.py checks it: a
 # 128 x 128 forward needs 240 KB, over the 227 KB a block may have, and would fail to launch).
-TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,64,128,8,3,8,64 128,32,128,8,3,8,64 64,64,128,4,2,8,64,3 128,32,64,8,3,4,64,2 64,64,64,4,2,4,32,2}
+TRITON_TILES=${GPU_CHECK_TRITON_TILES:-128,64,128,8,3,8,64 128,32,128,8,3,8,64 64,64,128,4,2,8,64,3 128,32,64,8,3,4,64,2 64,64,64,4,2,4,32,2 fused:64,64,64,4,2 fused:64,64,64,4,2,4,32,2}
 # the suite in two parts, one per group: the attention files (whole files, so that their CPU tests
 # run too) and everything else
 ATTENTION_TESTS="tests/ast_t5/test_model_attention.py tests/ast_t5/test_triton_rpe_attention.py tests/fused_ops"

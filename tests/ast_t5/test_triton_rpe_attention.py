@@ -514,13 +514,15 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
     bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
     assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen",
-                       "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "--lengths", "24",
+                       "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "fused:16,16,32,4,3,2,16,2",
+                       "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
                        "--split", "--kernel-times", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
     assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton:16x16x16x4x3x2",
-                                          "triton:16x16x32x4x3x2x16x2") for p in (0.0, 0.1)}
+                                          "triton:16x16x32x4x3x2x16x2", "triton-fused:16x16x32x4x3x2x16x2")
+                         for p in (0.0, 0.1)}
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
         assert (backend == "sdpa") == ("kernels" not in row), row  # --kernel-times: the triton rows
@@ -645,19 +647,23 @@ def test_every_tile_candidate_of_the_gpu_check_fits_hopper_shared_memory():
     """scripts/gpu_check.sh's triton_tiles step times these tiles on the H100: one needing more
     shared memory than a block may have there fails at launch instead of giving a figure."""
     gpu_check = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_check.sh")
-    found = re.search(r"^TRITON_TILES=\$\{GPU_CHECK_TRITON_TILES:-([0-9, ]+)\}$", open(gpu_check).read(), re.M)
+    found = re.search(r"^TRITON_TILES=\$\{GPU_CHECK_TRITON_TILES:-([0-9a-z:, ]+)\}$", open(gpu_check).read(), re.M)
     assert found, "gpu_check.sh: no TRITON_TILES default"
     candidates = found.group(1).split()
-    assert len(candidates) >= 3, candidates
+    assert len(candidates) >= 3 and all(re.fullmatch(r"(fused:)?[0-9,]+", c) for c in candidates), candidates
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
-    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants",
-                           "padded-dropout", "--blocks", *candidates], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    assert sum(line.strip().startswith("90") for line in proc.stdout.splitlines()) == 3 * len(candidates)
-    assert "0 kernel(s) needing more shared memory than their GPU has" in proc.stdout, proc.stdout
+    for structure in ("split", "fused"):  # "fused:" candidates run the fused backward's kernels
+        tiles = [c.split(":")[-1] for c in candidates if c.startswith("fused:") == (structure == "fused")]
+        if not tiles:
+            continue
+        proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants",
+                               "padded-dropout", "--backward", structure, "--blocks", *tiles], env=env,
+                              capture_output=True, text=True, timeout=600)
+        assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+        assert sum(line.strip().startswith("90") for line in proc.stdout.splitlines()) == 3 * len(tiles)
+        assert "0 kernel(s) needing more shared memory than their GPU has" in proc.stdout, proc.stdout
 
 
 def test_the_compile_check_specializes_arguments_as_triton_jit_does():
