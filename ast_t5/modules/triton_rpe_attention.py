@@ -86,8 +86,9 @@ tiles on sm90, the reduction pushed it past 255 registers into spills; `benchmar
 The fused backward (`BACKWARD` = "fused", or AST_T5_TRITON_BACKWARD=fused; not measured on a GPU
 yet, so not the default) does the dQ kernel's work where the tiles already are, as
 FlashAttention-2 does: the dK/dV kernel also computes dQ += dS K for each tile (the transposed dS
-tile goes through shared memory) and adds it to an fp32 (B, H, T, D) buffer with relaxed atomic
-adds (16-byte vector reductions), so the tiles are not recomputed: 5 matrix products per tile
+tile goes through shared memory) and adds it to an fp32 buffer with relaxed atomic adds (vector
+reductions; the buffer is padded to whole tiles so that they need no mask, and PyTorch applies the
+scale and the cast afterwards), so the tiles are not recomputed: 5 matrix products per tile
 instead of 7. It also sums dS over the tiles whose distances all clamp, by key row, into one pair
 of fp32 per program. A band kernel (the dQ kernel with BAND_ONLY) then recomputes only the tiles
 that cross the band (-M, M), 2 products each, for the rest of the table gradient: 6 of every 16
@@ -96,7 +97,7 @@ tile classification is the band kernel's in both kernels, so each pair is counte
 costs: the buffer's zeroing and the cast to q's dtype, the atomics' traffic through L2 (16 KB per
 64 x 64 tile at D 64), and dQ's sums in a scheduling-dependent order (not bitwise deterministic,
 as FlashAttention's own dQ). Static figures (`compile_triton_rpe.py --backward fused`, Triton
-3.6, sm90, D 64): the fused dK/dV kernel runs 24.8 instructions per tile element against the
+3.6, sm90, D 64): the fused dK/dV kernel runs 23.3 instructions per tile element against the
 split one's 17.0 and the dQ kernel's 26.3, the band kernel 22.5 on its tiles.
 
 Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
@@ -442,6 +443,7 @@ if triton is not None:
         far_lo = tl.zeros((BLOCK_N,), dtype=tl.float32)  # FAR_SUMS: per key row, the far tiles' dS
         far_hi = tl.zeros((BLOCK_N,), dtype=tl.float32)
         band_k = offs_n // BAND_K * BAND_K  # FAR_SUMS: the first key of each row's band-kernel tile
+        dq_head = DQACC + b * sa_b + h * sa_h  # FUSE_DQ
         lo = 0
         if CAUSAL:
             lo = start_n  # queries before the block's first key see none of it
@@ -482,10 +484,11 @@ if triton is not None:
                     ds_t = p_t * (dp_t - delta[None, :])
                 ds_low = ds_t.to(q_t.dtype)
                 dk += _dot(ds_low, tl.trans(q_t), PRECISION)
-                if FUSE_DQ:  # dQ += dS K: the transposed tile goes through shared memory, as in FlashAttention-2
-                    dq_part = _dot(tl.trans(ds_low), k, PRECISION) * scale
-                    tl.atomic_add(DQACC + b * sa_b + h * sa_h + offs_m[:, None] * sa_t + offs_d[None, :], dq_part,
-                                  mask=(offs_m[:, None] < T) & d_ok, sem="relaxed")
+                if FUSE_DQ:  # dQ += dS K (scaled by PyTorch afterwards): the transposed tile goes through shared
+                    # memory, as in FlashAttention-2. DQACC is padded to whole tiles (rows to a multiple of
+                    # BLOCK_M, columns to BLOCK_D): no mask, so no branch around each vector reduction
+                    dq_part = _dot(tl.trans(ds_low), k, PRECISION)
+                    tl.atomic_add(dq_head + offs_m[:, None] * sa_t + offs_d[None, :], dq_part, sem="relaxed")
                 if FAR_SUMS:  # the band kernel's tile of each key row: far when all its distances clamp
                     base = band_k - start_m // BAND_Q * BAND_Q
                     rows = tl.sum(ds_t, 1)
@@ -876,7 +879,9 @@ class _TritonRPEAttention(torch.autograd.Function):
         dtab = torch.empty(B * H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
             else unused
         if fused:  # dQ accumulated in fp32 by the dK/dV kernel's atomic adds; the far tiles' table sums there too
-            dq_acc = torch.zeros(q.shape, dtype=torch.float32, device=q.device)
+            # padded to whole tiles, so that the kernel's adds need no mask
+            dq_acc = torch.zeros(B, H, triton.cdiv(T, step_bwd) * step_bwd, max(16, _next_pow2(D)),
+                                 dtype=torch.float32, device=q.device)
             far = torch.empty(B * H, n_key_blocks, 2, dtype=torch.float32, device=q.device) if table_grad \
                 else unused
         else:
@@ -910,7 +915,10 @@ class _TritonRPEAttention(torch.autograd.Function):
                 d_table[:, 2 * M] += far_sums[:, 1]
             d_table = d_table.to(table_dtype)
         if fused:
-            dq = dq_acc.to(q.dtype)
+            dq_acc = dq_acc[:, :, :T, :D]
+            if scale != 1.0:  # T5 scales nothing
+                dq_acc.mul_(scale)
+            dq = dq_acc.to(q.dtype, memory_format=torch.contiguous_format)
         return dq, dk, dv, d_table, None, None, None, None, None
 
 
