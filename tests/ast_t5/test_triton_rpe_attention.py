@@ -434,7 +434,7 @@ def test_cpu_tensors_without_the_interpreter_fall_back_to_sdpa(monkeypatch, capl
 
 @cpu_only
 @pytest.mark.parametrize("arch,biased_calls", [("t5_v11_tiny", 4), ("ast_t5_paper_tiny", 2)])
-def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch, biased_calls):
+def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch, biased_calls, backward):
     """Tiny models in train mode without dropout (T5 v1.1: one relative bias per stack, biased
     causal decoder; paper: per-layer encoder bias with M = 256, bias-free decoder -> flash),
     padded source: loss and every gradient as with sdpa, and the biased calls ran the kernel.
@@ -476,7 +476,7 @@ def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch
 
 
 @cpu_only
-def test_activation_checkpointing_recomputes_the_same_dropout_mask():
+def test_activation_checkpointing_recomputes_the_same_dropout_mask(backward):
     """checkpoint_activations=true recomputes each layer in backward: the kernel's seed comes from
     PyTorch's generator, whose state the checkpoint restores, so gradients with attention dropout
     are exactly those without checkpointing."""
@@ -810,7 +810,7 @@ def test_gpu_dropout_matches_the_reference_with_the_kernel_mask(backward):
 
 
 @requires_cuda
-def test_gpu_tiny_model_trains_one_step_on_the_triton_kernel():
+def test_gpu_tiny_model_trains_one_step_on_the_triton_kernel(backward):
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -835,7 +835,7 @@ def test_gpu_tiny_model_trains_one_step_on_the_triton_kernel():
 
 
 @requires_cuda
-def test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels():
+def test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels(backward):
     """model.compile=true: the kernels are traced into the model's graph (user-defined Triton
     kernels); loss and gradients as in eager, and the profiler sees our kernels."""
     from fairseq.data import Dictionary
