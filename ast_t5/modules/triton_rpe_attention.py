@@ -98,7 +98,8 @@ costs: the buffer's zeroing and the cast to q's dtype, the atomics' traffic thro
 64 x 64 tile at D 64), and dQ's sums in a scheduling-dependent order (not bitwise deterministic,
 as FlashAttention's own dQ). Static figures (`compile_triton_rpe.py --backward fused`, Triton
 3.6, sm90, D 64): the fused dK/dV kernel runs 23.3 instructions per tile element against the
-split one's 17.0 and the dQ kernel's 26.3, the band kernel 22.5 on its tiles.
+split one's 17.0 and the dQ kernel's 26.3, the band kernel 22.5 on its tiles. It is built for
+sm90 at head size <= 64 (`fused_backward_unfit`): elsewhere the split backward runs, with a warning.
 
 Inputs: q (B, H, T, D), k and v (B, H, S, D) in fp16/bf16/fp32 (matmuls in that dtype with fp32
 accumulation; fp32 inputs use IEEE fp32 dots, not TF32), any strides with a unit last one, any
@@ -122,6 +123,7 @@ that on hosts without CUDA. Speed (H200, 2026-11-25, BENCHMARKS.md): 2.6 ms fwd+
 T=S=1024 D64 bf16 (`benchmarks/bench_attention.py --device cuda`), and the fastest backend of the
 T5-base step, so ``auto`` picks it for biased calls on sm90 (`AUTO_TABLE`).
 """
+import logging
 import math
 import os
 from typing import Optional
@@ -675,6 +677,23 @@ BLOCKS_OVERRIDE = None  # a tile tuple (`resolve_blocks`) for every call: tuning
 # Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-fused row times it beside triton.
 BACKWARDS = ("split", "fused")
 BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
+_FALLBACKS_LOGGED = set()
+
+
+def fused_backward_unfit(device: torch.device, head_dim: int) -> Optional[str]:
+    """None where the fused backward was built to run (sm90 at head size <= 64, the T5 models'
+    shape, and Triton's interpreter), else why not: compiled for sm80 and sm86, or at head size
+    128, its dQ product on 8 warps of 16- or 32-query steps computes the same rows on several
+    warps (up to 4x the element-wise work: `compile_triton_rpe.py --backward fused`, ``dup``), and
+    at sm90 head size 128 with causality ptxas serializes its matrix products. There the split
+    backward runs instead, with a one-time warning."""
+    if device.type != "cuda":
+        return None
+    capability = _capability(device)
+    if 90 <= capability < 100 and head_dim <= 64:
+        return None
+    return (f"the fused backward is built for sm90 at head size <= 64, not sm{capability} at head size "
+            f"{head_dim}: running the split backward")
 DEFAULT_STAGES = 3  # software-pipelining stages of every kernel when a tile tuple gives none (Triton's default)
 
 
@@ -872,7 +891,12 @@ class _TritonRPEAttention(torch.autograd.Function):
         dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
         table_grad = ctx.needs_input_grad[3]
-        fused = BACKWARD == "fused"
+        why = fused_backward_unfit(q.device, D) if BACKWARD == "fused" else None
+        fused = BACKWARD == "fused" and why is None
+        if why is not None:
+            if why not in _FALLBACKS_LOGGED:
+                _FALLBACKS_LOGGED.add(why)
+                logging.getLogger(__name__).warning("triton attention: %s", why)
         n_blocks = triton.cdiv(T, block_bwd)  # programs of the dQ kernel, which reduces the table gradient
         n_key_blocks = triton.cdiv(S, block_bwd)  # programs of the dK/dV kernel
         unused = torch.zeros(1, dtype=torch.float32, device=q.device)

@@ -251,6 +251,21 @@ def test_fused_backward_launches_the_band_kernel_only_for_the_table_gradient(blo
         tra.triton_rpe_attention(q, k, v, table, blocks=blocks)
 
 
+def test_the_fused_backward_runs_where_it_was_built_and_says_why_not_elsewhere(monkeypatch):
+    """sm90 at head size <= 64 (and the interpreter on CPU) run the fused backward; elsewhere its dQ
+    product duplicates work across warps (compile_triton_rpe.py's dup column), so the split one
+    runs, with the reason logged once."""
+    cuda = torch.device("cuda")
+    capability = {}
+    monkeypatch.setattr(tra, "_capability", lambda device: capability["cc"])
+    capability["cc"] = 90
+    assert tra.fused_backward_unfit(cuda, 64) is None and tra.fused_backward_unfit(torch.device("cpu"), 128) is None
+    why = tra.fused_backward_unfit(cuda, 128)
+    assert "sm90 at head size <= 64" in why and "head size 128" in why and "split backward" in why
+    capability["cc"] = 80
+    assert "not sm80 at head size 64" in tra.fused_backward_unfit(cuda, 64)
+
+
 @cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rect"])
 @pytest.mark.parametrize("causal", [False, True])
