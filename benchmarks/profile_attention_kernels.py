@@ -4,11 +4,12 @@
 
 `bench_attention.py` says how long the `triton` backend takes; this says why. It runs one forward
 and backward of the `triton` backend at the attention issue's shape (B16 H12 T=S=1024 D64 bf16,
-the (H, 32) bucket table's gradient included) at attention dropout 0 and 0.1, the same with the
-fused backward (``triton-fused``: dK/dV adding dQ, then the band kernel) at 0, and the bias-free
-flash call at the same shape (PyTorch's or the flash-attn package's FlashAttention kernels, a
-reference for what a tuned kernel's counters look like), under ``ncu`` with the sections that
-say what bounds a kernel. For each kernel it prints:
+the (H, 32) bucket table's gradient included) under ``ncu`` with the sections that say what bounds
+a kernel, one ncu run per condition in this order (those that do not fit ``--timeout`` are
+skipped): attention dropout 0; the fused backward (``triton-fused``: dK/dV adding dQ, then the
+band kernel); the bias-free flash call at the same shape (PyTorch's or the flash-attn package's
+FlashAttention kernels: what a tuned kernel's counters look like); dropout 0.1. For each kernel it
+prints:
 
 - ``us``: its duration under ncu (one launch, replayed once per counter pass with the caches
   flushed in between: a cold-cache time for the breakdown, not a speed figure);
@@ -42,18 +43,21 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from typing import Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 # the sections whose counters say what bounds a kernel (ncu --list-sections): throughput against the
-# peaks, the pipes' use, occupancy and its limits, the schedulers' issue, the stall breakdown, and the
-# per-instruction samples of the source page
-SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "MemoryWorkloadAnalysis", "Occupancy", "LaunchStats",
-            "SchedulerStats", "WarpStateStats", "InstructionStats", "SourceCounters")
+# peaks (memory's included), the pipes' use, occupancy and its limits, the schedulers' issue, the stall
+# breakdown, and the per-instruction samples of the source page; few enough that each kernel replays
+# in a few dozen passes
+SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats", "SchedulerStats",
+            "WarpStateStats", "SourceCounters")
 # the triton backend's three kernels and the flash kernels; PyTorch's small kernels around them are not profiled
 KERNEL_FILTER = "regex:_fwd_kernel|_bwd_dkdv_kernel|_bwd_dq_kernel|flash"
-CONDITIONS = (("triton", 0.0), ("triton", 0.1), ("triton-fused", 0.0), ("flash-nobias", 0.0))
+# in order of need: one ncu run each, so that a run cut short keeps what came before
+CONDITIONS = (("triton", 0.0), ("triton-fused", 0.0), ("flash-nobias", 0.0), ("triton", 0.1))
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 TENSOR = re.compile(r"^sm__(?:pipe_tensor\w*_cycles_active|inst_executed_pipe_tensor\w*)"
                     r"\.avg\.pct_of_peak_sustained_active$")
@@ -83,8 +87,9 @@ def parse_args(argv=None):
     p.add_argument("--heads", type=int, default=12)
     p.add_argument("--head-dim", type=int, default=64)
     p.add_argument("--hot", type=int, default=40, help="hottest SASS instructions kept per kernel")
-    p.add_argument("--timeout", type=int, default=240, help="seconds for the profiled run")
-    p.add_argument("--workload", action="store_true", help=argparse.SUPPRESS)  # the process ncu profiles
+    p.add_argument("--timeout", type=int, default=240,
+                   help="seconds for all the profiled runs (one per condition; those that do not fit are skipped)")
+    p.add_argument("--workload", type=int, default=None, help=argparse.SUPPRESS)  # the process ncu profiles
     return p.parse_args(argv)
 
 
@@ -103,8 +108,9 @@ def find_ncu(explicit: Optional[str] = None) -> Optional[str]:
 
 
 def workload(args) -> int:
-    """The profiled process: each condition warmed up (compiled), then once between
-    cudaProfilerStart and cudaProfilerStop (ncu runs with --profile-from-start off)."""
+    """The profiled process of condition ``args.workload`` (an index into CONDITIONS): warmed up
+    (compiled), then once between cudaProfilerStart and cudaProfilerStop (ncu runs with
+    --profile-from-start off)."""
     import torch
 
     if not torch.cuda.is_available():
@@ -115,17 +121,15 @@ def workload(args) -> int:
     shape = argparse.Namespace(batch=args.batch, heads=args.heads, head_dim=args.head_dim)
     device = torch.device("cuda")
     q, k, v, pad, table, grad_out = bench.make_case(shape, args.length, False, torch.bfloat16, device)
-    steps = []
-    for name, dropout in CONDITIONS:
-        fn = bench.step_fn(name, q, k, v, pad, table, grad_out, dropout, backward=True)
-        for _ in range(3):
-            fn()
-        steps.append(fn)
-    torch.cuda.synchronize()
-    torch.cuda.cudart().cudaProfilerStart()
-    for fn in steps:
+    name, dropout = CONDITIONS[args.workload]
+    fn = bench.step_fn(name, q, k, v, pad, table, grad_out, dropout, backward=True)
+    for _ in range(3):
         fn()
-        torch.cuda.synchronize()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()  # less device memory for ncu to save and restore around each replay
+    torch.cuda.cudart().cudaProfilerStart()
+    fn()
+    torch.cuda.synchronize()
     torch.cuda.cudart().cudaProfilerStop()
     return 0
 
@@ -295,13 +299,55 @@ def write_json(path: str, payload: Dict) -> None:
     os.replace(tmp, path)
 
 
+def profile_condition(ncu: str, index: int, args, timeout: float, match_base, print_base, tmp) -> Dict:
+    """One ncu run of condition ``index``: {"kernels": [...], "all_metrics": [...]} or {"error": ...}."""
+    report = os.path.join(tmp, f"attention-{index}")
+    cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", *match_base,
+           "--kernel-name", KERNEL_FILTER, "--export", report, "--force-overwrite"]
+    for section in SECTIONS:
+        cmd += ["--section", section]
+    cmd += [sys.executable, os.path.abspath(__file__), "--workload", str(index), "--length", str(args.length),
+            "--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim)]
+    print("profile_attention_kernels:", " ".join(cmd), flush=True)
+    try:
+        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        run = None
+    log = "" if run is None else run.stdout + run.stderr
+    if run is None or run.returncode != 0 or not os.path.exists(report + ".ncu-rep"):
+        why = f"timed out after {timeout:.0f} s" if run is None else f"exit {run.returncode}"
+        errors = [line for line in log.splitlines() if "ERROR" in line][-3:]
+        return {"error": f"the profiled run failed ({why}): " + (" | ".join(errors) or log[-300:]),
+                "ncu_log_tail": log[-4000:]}
+    raw = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "raw", "--csv"],
+                         capture_output=True, text=True)
+    source = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "source", "--csv",
+                             "--print-source", "sass"], capture_output=True, text=True)
+    results = label_results(parse_results(raw.stdout), conditions=CONDITIONS[index:index + 1])
+    out = {"kernels": [summarize(r) for r in results],
+           "all_metrics": [{"condition": r["condition"], "kind": r["kind"],
+                            "metrics": {name: v for name, (v, _) in r["metrics"].items()}} for r in results]}
+    hot = hot_instructions(source.stdout, args.hot)
+    if len(hot) == len(out["kernels"]):
+        for kernel, block in zip(out["kernels"], hot):
+            kernel["hot_instructions"] = block["instructions"]
+            kernel["source_columns"] = block["columns"]
+    else:
+        out["source_page"] = {"blocks": hot, "note": f"{len(hot)} source blocks for {len(out['kernels'])} kernels",
+                              "head": source.stdout[:20000], "stderr": source.stderr[-1000:]}
+    if not results:
+        out["error"] = f"no kernel in ncu's raw page ({raw.stderr.strip()[-300:] or raw.stdout[:300]})"
+    return out
+
+
 def main(argv=None) -> int:
     args = parse_args(argv)
-    if args.workload:
+    if args.workload is not None:
         return workload(args)
     ncu = find_ncu(args.ncu)
     payload = {"shape": f"B{args.batch} H{args.heads} T=S={args.length} D{args.head_dim} bf16, fwd+bwd",
-               "conditions": [f"{b} p{p:g}" for b, p in CONDITIONS], "sections": list(SECTIONS), "kernels": []}
+               "conditions": [f"{b} p{p:g}" for b, p in CONDITIONS], "sections": list(SECTIONS), "kernels": [],
+               "all_metrics": [], "errors": {}}
     if ncu is None:
         message = "ncu (Nsight Compute) not found: set NCU or --ncu, or put it on the PATH"
         print(f"profile_attention_kernels: {message}", file=sys.stderr)
@@ -317,56 +363,34 @@ def main(argv=None) -> int:
     helptext = subprocess.run([ncu, "--help"], capture_output=True, text=True).stdout
     match_base = ["--kernel-name-base", "demangled"] if "--kernel-name-base" in helptext else []
     print_base = ["--print-kernel-base", "demangled"] if "--print-kernel-base" in helptext else []
+    start = time.time()
+    failed = False
     with tempfile.TemporaryDirectory() as tmp:
-        report = os.path.join(tmp, "attention")
-        cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", *match_base,
-               "--kernel-name", KERNEL_FILTER, "--export", report, "--force-overwrite"]
-        for section in SECTIONS:
-            cmd += ["--section", section]
-        cmd += [sys.executable, os.path.abspath(__file__), "--workload", "--length", str(args.length),
-                "--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim)]
-        print("profile_attention_kernels:", " ".join(cmd), flush=True)
-        try:
-            run = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-        except subprocess.TimeoutExpired:
-            run = None
-        log = "" if run is None else run.stdout + run.stderr
-        payload["ncu_log_tail"] = log[-4000:] if run is None or run.returncode else log[-1000:]
-        if run is None or run.returncode != 0 or not os.path.exists(report + ".ncu-rep"):
-            why = f"timed out after {args.timeout} s" if run is None else f"exit {run.returncode}"
-            errors = [line for line in log.splitlines() if "ERROR" in line][-3:]
-            payload["error"] = f"the profiled run failed ({why}): " + (" | ".join(errors) or log[-300:])
-            print(f"profile_attention_kernels: {payload['error']}", file=sys.stderr)
-            if args.json:
+        for index, (backend, dropout) in enumerate(CONDITIONS):
+            label = f"{backend} p{dropout:g}"
+            left = args.timeout - (time.time() - start)
+            if left < 20:
+                payload["errors"][label] = f"skipped: {left:.0f} s of --timeout {args.timeout} s left"
+                failed = True
+                continue
+            out = profile_condition(ncu, index, args, left, match_base, print_base, tmp)
+            payload["kernels"] += out.get("kernels", [])
+            payload["all_metrics"] += out.get("all_metrics", [])
+            for key in ("source_page", "ncu_log_tail"):
+                if key in out:
+                    payload.setdefault(key, {})[label] = out[key]
+            expected = 3 if backend.startswith("triton") else 1
+            found = len(out.get("kernels", []))
+            if "error" in out or found < expected:
+                payload["errors"][label] = out.get("error") or f"{found} kernels, {expected}+ expected"
+                print(f"profile_attention_kernels: {label}: {payload['errors'][label]}", file=sys.stderr)
+                failed = True
+            if args.json:  # after each condition: a run cut short keeps what it measured
                 write_json(args.json, payload)
-            return 1
-        raw = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "raw", "--csv"],
-                             capture_output=True, text=True)
-        source = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "source", "--csv",
-                                 "--print-source", "sass"], capture_output=True, text=True)
-    results = label_results(parse_results(raw.stdout))
-    kernels = [summarize(r) for r in results]
-    hot = hot_instructions(source.stdout, args.hot)
-    if len(hot) == len(kernels):
-        for kernel, block in zip(kernels, hot):
-            kernel["hot_instructions"] = block["instructions"]
-            kernel["source_columns"] = block["columns"]
-    else:
-        payload["source_page"] = {"blocks": hot, "note": f"{len(hot)} source blocks for {len(kernels)} kernels",
-                                  "head": source.stdout[:20000], "stderr": source.stderr[-1000:]}
-    payload["kernels"] = kernels
-    payload["all_metrics"] = [{"condition": r["condition"], "kind": r["kind"],
-                               "metrics": {name: v for name, (v, _) in r["metrics"].items()}} for r in results]
-    print_table(kernels)
     if args.json:
         write_json(args.json, payload)
-    expected = 3 * sum(backend.startswith("triton") for backend, _ in CONDITIONS)
-    triton = sum(k["kind"] in ("forward", "dK/dV", "dQ", "dK/dV+dQ", "band") for k in kernels)
-    if triton < expected:
-        print(f"profile_attention_kernels: {triton} triton kernels profiled, {expected} expected "
-              f"(raw page: {raw.stderr.strip()[-300:] or 'no error'})", file=sys.stderr)
-        return 1
-    return 0
+    print_table(payload["kernels"])
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

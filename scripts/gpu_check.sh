@@ -28,7 +28,7 @@
 #   attention_profile  profile_attention_kernels.py: the triton kernels'
 #                    hardware counters under Nsight Compute (issue slots,
 #                    tensor pipe, occupancy, stall reasons, the hottest
-#                    instructions), flash's beside them                      120   60  attention.log
+#                    instructions), one ncu run per condition, flash's too   150   60  attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
@@ -215,7 +215,7 @@ run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attent
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \
   --json "$WORK/attention_tiles.json"
-run attention_profile        120  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
+run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
   --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS

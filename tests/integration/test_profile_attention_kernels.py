@@ -21,25 +21,27 @@ COLUMNS = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_e
            "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
            STALL.format("long_scoreboard"), STALL.format("wait"), STALL.format("barrier")]
 UNITS = ["nsecond", "%", "%", "%", "", "register/thread", "%", "%", "", "", ""]
-# (kernel name, duration ns, ..., stalls): the triton kernels of two conditions, then the flash ones
-KERNELS = [
-    ("_fwd_kernel", "612,345", 40.5, 35.0, 30.1, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
-    ("_bwd_dkdv_kernel", "900,000", 41.0, 36.0, 20.0, 7.0, 244, 25.0, 24.0, 0.3, 1.5, 3.0),
-    ("_bwd_dq_kernel", "1,100,000", 30.0, 28.0, 18.0, 9.0, 241, 18.0, 17.0, 4.0, 1.0, 2.0),
-    ("_fwd_kernel", "700,000", 38.0, 33.0, 30.0, 7.5, 128, 20.0, 19.0, 0.5, 3.0, 1.0),
-    ("_bwd_dkdv_kernel", "1,200,000", 40.0, 45.0, 20.0, 8.0, 255, 20.0, 19.0, 0.3, 2.0, 3.0),
-    ("_bwd_dq_kernel", "1,300,000", 29.0, 40.0, 18.0, 9.5, 255, 15.0, 14.0, 4.5, 1.0, 2.0),
-    ("_fwd_kernel", "610,000", 40.0, 35.0, 30.0, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
-    ("_bwd_dkdv_kernel", "1,000,000", 45.0, 50.0, 20.0, 6.0, 255, 30.0, 29.0, 0.4, 1.0, 3.5),
-    ("_bwd_dq_kernel", "400,000", 30.0, 28.0, 18.0, 9.0, 230, 18.0, 17.0, 4.0, 1.0, 2.0),
-    ("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>, false>(flash::Flash_fwd_params)",
-     "200,000", 70.0, 60.0, 40.0, 3.0, 255, 65.0, 60.0, 0.2, 1.0, 0.5),
-    ("void flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<64>>(flash::Flash_bwd_params)",
-     "20,000", 10.0, 9.0, 50.0, 5.0, 32, 0.0, 0.0, 3.0, 1.0, 0.1),
+# (kernel name, duration ns, ..., stalls) per condition, in profile.CONDITIONS' order: triton p0, the fused
+# backward, flash, triton p0.1
+BY_CONDITION = [
+    [("_fwd_kernel", "612,345", 40.5, 35.0, 30.1, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
+     ("_bwd_dkdv_kernel", "900,000", 41.0, 36.0, 20.0, 7.0, 244, 25.0, 24.0, 0.3, 1.5, 3.0),
+     ("_bwd_dq_kernel", "1,100,000", 30.0, 28.0, 18.0, 9.0, 241, 18.0, 17.0, 4.0, 1.0, 2.0)],
+    [("_fwd_kernel", "610,000", 40.0, 35.0, 30.0, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
+     ("_bwd_dkdv_kernel", "1,000,000", 45.0, 50.0, 20.0, 6.0, 255, 30.0, 29.0, 0.4, 1.0, 3.5),
+     ("_bwd_dq_kernel", "400,000", 30.0, 28.0, 18.0, 9.0, 230, 18.0, 17.0, 4.0, 1.0, 2.0)],
+    [("void flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128, 128, 4>, false>(flash::Flash_fwd_params)",
+      "200,000", 70.0, 60.0, 40.0, 3.0, 255, 65.0, 60.0, 0.2, 1.0, 0.5),
+     ("void flash::flash_bwd_dot_do_o_kernel<true, Flash_bwd_kernel_traits<64>>(flash::Flash_bwd_params)",
+      "20,000", 10.0, 9.0, 50.0, 5.0, 32, 0.0, 0.0, 3.0, 1.0, 0.1)],
+    [("_fwd_kernel", "700,000", 38.0, 33.0, 30.0, 7.5, 128, 20.0, 19.0, 0.5, 3.0, 1.0),
+     ("_bwd_dkdv_kernel", "1,200,000", 40.0, 45.0, 20.0, 8.0, 255, 20.0, 19.0, 0.3, 2.0, 3.0),
+     ("_bwd_dq_kernel", "1,300,000", 29.0, 40.0, 18.0, 9.5, 255, 15.0, 14.0, 4.5, 1.0, 2.0)],
 ]
+KERNELS = [kernel for condition in BY_CONDITION for kernel in condition]
 
 
-def raw_page(long_form=False) -> str:
+def raw_page(long_form=False, kernels=KERNELS) -> str:
     head = ["ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream"]
     lines = ["==PROF== Connected to process 1234 (python3)", "==WARNING== some note"]
 
@@ -47,13 +49,13 @@ def raw_page(long_form=False) -> str:
         return ",".join(f'"{cell}"' for cell in row)
     if long_form:
         lines.append(quote(head + ["Section Name", "Metric Name", "Metric Unit", "Metric Value"]))
-        for i, (name, *values) in enumerate(KERNELS):
+        for i, (name, *values) in enumerate(kernels):
             for column, unit, value in zip(COLUMNS, UNITS, values):
                 lines.append(quote([i, 1234, "python3", "host", name, 1, 7, "Section", column, unit, value]))
         return "\n".join(lines) + "\n"
     lines.append(quote(head + COLUMNS))
     lines.append(quote([""] * len(head) + UNITS))
-    for i, (name, *values) in enumerate(KERNELS):
+    for i, (name, *values) in enumerate(kernels):
         lines.append(quote([i, 1234, "python3", "host", name, 1, 7] + list(values)))
     return "\n".join(lines) + "\n"
 
@@ -75,9 +77,9 @@ def test_the_counters_of_each_kernel_are_read_and_labelled_by_condition(long_for
     assert [r["kernel"] for r in results] == [k[0] for k in KERNELS]
     assert [(r["condition"], r["kind"]) for r in results] == [
         ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
-        ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
         ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
-        ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel")]
+        ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
+        ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ")]
     fwd = profile.summarize(results[0])
     assert fwd["duration_us"] == pytest.approx(612.345)  # nanoseconds with a thousands separator
     assert (fwd["sm_throughput_pct"], fwd["issue_active_pct"], fwd["occupancy_pct"]) == (40.5, 35.0, 30.1)
@@ -116,7 +118,7 @@ def test_the_hottest_instructions_come_first_per_kernel_block():
 
 
 FAKE_NCU = textwrap.dedent('''\
-    import json, os, sys
+    import json, os, re, sys
     args = sys.argv[1:]
     log = os.environ["FAKE_NCU_LOG"]
     with open(log, "a") as f:
@@ -125,11 +127,12 @@ FAKE_NCU = textwrap.dedent('''\
         print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1)")
     elif args == ["--help"]:
         print("  --kernel-name-base arg\\n  --print-kernel-base arg\\n  --page arg")
-    elif "--import" in args:
+    elif "--import" in args:  # the page of the report of condition i: FAKE_NCU_DIR/<page>-<i>.csv
         page = args[args.index("--page") + 1]
-        print(open(os.environ["FAKE_NCU_" + page.upper()]).read(), end="")
+        index = re.search(r"attention-(\\d+)\\.ncu-rep$", args[args.index("--import") + 1]).group(1)
+        print(open(os.path.join(os.environ["FAKE_NCU_DIR"], f"{page}-{index}.csv")).read(), end="")
     else:
-        if os.environ.get("FAKE_NCU_FAIL"):
+        if os.environ.get("FAKE_NCU_FAIL") == args[args.index("--workload") + 1]:
             print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
                   "Performance Counters on the target device 0.")
             sys.exit(1)
@@ -142,11 +145,12 @@ def fake_ncu(tmp_path, monkeypatch):
     ncu = tmp_path / "ncu"
     ncu.write_text(f"#!{sys.executable}\n" + FAKE_NCU)
     ncu.chmod(ncu.stat().st_mode | stat.S_IXUSR)
-    (tmp_path / "raw.csv").write_text(raw_page())
-    (tmp_path / "source.csv").write_text(source_page(len(KERNELS)))
+    for i, kernels in enumerate(BY_CONDITION):
+        (tmp_path / f"raw-{i}.csv").write_text(raw_page(kernels=kernels))
+        (tmp_path / f"source-{i}.csv").write_text(source_page(len(kernels)))
     monkeypatch.setenv("FAKE_NCU_LOG", str(tmp_path / "calls"))
-    monkeypatch.setenv("FAKE_NCU_RAW", str(tmp_path / "raw.csv"))
-    monkeypatch.setenv("FAKE_NCU_SOURCE", str(tmp_path / "source.csv"))
+    monkeypatch.setenv("FAKE_NCU_DIR", str(tmp_path))
+    monkeypatch.delenv("FAKE_NCU_FAIL", raising=False)
     return ncu
 
 
@@ -154,21 +158,27 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
     out = tmp_path / "profile.json"
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out), "--hot", "1"]) == 0
     calls = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
-    run = next(c for c in calls if "--export" in c)
+    runs = [c for c in calls if "--export" in c]
+    assert [r[r.index("--workload") + 1] for r in runs] == ["0", "1", "2", "3"]  # one ncu run per condition
+    run = runs[0]
     assert run[run.index("--profile-from-start") + 1] == "off" and run[run.index("--clock-control") + 1] == "none"
     assert run[run.index("--kernel-name-base") + 1] == "demangled"
     assert run[run.index("--kernel-name") + 1] == profile.KERNEL_FILTER
     assert {run[i + 1] for i, a in enumerate(run) if a == "--section"} >= {"WarpStateStats", "SourceCounters",
                                                                             "SpeedOfLight", "Occupancy"}
     target = run[run.index(sys.executable):]  # after ncu's options, the sections last
-    assert target[1].endswith("profile_attention_kernels.py") and "--workload" in target
+    assert target[1].endswith("profile_attention_kernels.py") and target[2:4] == ["--workload", "0"]
     assert target[target.index("--length") + 1] == "1024"
     imports = [c for c in calls if "--import" in c]
     assert all(c[c.index("--print-kernel-base") + 1] == "demangled" for c in imports)
     payload = json.loads(out.read_text())
     assert payload["ncu"]["version"].startswith("Version 2025.3.1")
-    assert [(k["condition"], k["kind"]) for k in payload["kernels"]][:3] == [
-        ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ")]
+    assert [(k["condition"], k["kind"]) for k in payload["kernels"]] == [
+        ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
+        ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
+        ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
+        ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ")]
+    assert payload["errors"] == {}
     assert [h["source"] for h in payload["kernels"][0]["hot_instructions"]] == ["MUFU.EX2 R3, R3"]
     assert len(payload["all_metrics"]) == len(KERNELS)
     printed = capsys.readouterr().out
@@ -177,16 +187,20 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
 
 def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monkeypatch, capsys):
     out = tmp_path / "profile.json"
-    monkeypatch.setenv("FAKE_NCU_FAIL", "1")
+    monkeypatch.setenv("FAKE_NCU_FAIL", "1")  # the fused backward's run is refused: the others still come back
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
     payload = json.loads(out.read_text())
-    assert "ERR_NVGPUCTRPERM" in payload["error"] and payload["kernels"] == []
+    assert list(payload["errors"]) == ["triton-fused p0"] and "ERR_NVGPUCTRPERM" in payload["errors"]["triton-fused p0"]
+    assert {k["condition"] for k in payload["kernels"]} == {"triton p0", "flash-nobias p0", "triton p0.1"}
     assert "ERR_NVGPUCTRPERM" in capsys.readouterr().err
-    # too few triton kernels in the report (a kernel that did not run as itself): exit 1
+    # too few triton kernels in a report (a kernel that did not run as itself): exit 1, said so
     monkeypatch.delenv("FAKE_NCU_FAIL")
-    (tmp_path / "raw.csv").write_text(raw_page().replace("_bwd_dq_kernel", "some_other_kernel"))
+    (tmp_path / "raw-0.csv").write_text(raw_page(kernels=BY_CONDITION[0][:2]))
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
-    assert "6 triton kernels profiled, 9 expected" in capsys.readouterr().err
+    assert "triton p0: 2 kernels, 3+ expected" in capsys.readouterr().err
+    # no time left for the later conditions: skipped and listed
+    assert profile.main(["--ncu", str(fake_ncu), "--json", str(out), "--timeout", "10"]) == 1
+    assert all(why.startswith("skipped") for why in json.loads(out.read_text())["errors"].values())
     monkeypatch.delenv("NCU", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     missing = tmp_path / "missing.json"
@@ -194,9 +208,9 @@ def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monk
     assert "ncu (Nsight Compute) not found" in json.loads(missing.read_text())["error"]
 
 
-def test_the_workload_runs_the_three_conditions_where_there_is_cuda(capsys):
+def test_the_workload_runs_a_condition_where_there_is_cuda(capsys):
     # the process ncu profiles: without CUDA it refuses in one line; with it, it runs (the kernels compile)
-    rc = profile.main(["--workload", "--length", "256", "--batch", "2", "--heads", "2"])
+    rc = profile.main(["--workload", "0", "--length", "256", "--batch", "2", "--heads", "2"])
     if torch.cuda.is_available():
         assert rc == 0
     else:
