@@ -169,6 +169,21 @@ def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0)
     return q, k, v, table, kpm
 
 
+def spy_launches(monkeypatch, kernel: str, argument: str) -> list:
+    """The value of keyword ``argument`` at every launch of the module's kernel ``kernel`` (which
+    still runs), in order, for the rest of the test."""
+    real, launched = getattr(tra, kernel), []
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(kwargs[argument])
+                return real[grid](*args, **kwargs)
+            return launch
+    monkeypatch.setattr(tra, kernel, Spy())
+    return launched
+
+
 def fwd_bwd(fn, leaves, grad):
     out = fn(*leaves)
     return [out, *torch.autograd.grad(out, leaves, grad)]
@@ -225,15 +240,7 @@ def test_fused_backward_launches_the_band_kernel_only_for_the_table_gradient(blo
     T, S, D, M = 45, 45, 16, 8
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=True)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
-    real, launched = tra._bwd_dq_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launched.append(kwargs["BAND_ONLY"])
-                return real[grid](*args, **kwargs)
-            return launch
-    monkeypatch.setattr(tra, "_bwd_dq_kernel", Spy())
+    launched = spy_launches(monkeypatch, "_bwd_dq_kernel", "BAND_ONLY")
     results = {}
     for mode in ("split", "fused"):
         monkeypatch.setattr(tra, "BACKWARD", mode)
@@ -518,7 +525,7 @@ def test_activation_checkpointing_recomputes_the_same_dropout_mask(backward):
 
 
 @cpu_only
-def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
+def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkeypatch):
     """bench_attention.py's CPU smoke run with the triton rows (interpreter): the kernel ran as
     itself (no fallback), its error is PyTorch's order, tile variants get their own rows, and
     every condition names a winner in the JSON. The tile rows give the backward its own warps
@@ -551,23 +558,11 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path):
     # the frozen table's row leaves the table gradient out: it is timed beside the others, never a winner
     assert all(w["backend"] != "triton-frozen" for w in payload["winners"])
     # and its dQ kernel really runs without the reduction (TABLE_GRAD off), where the triton row's has it
-    tra = importlib.import_module("ast_t5.modules.triton_rpe_attention")
-    real, launched = tra._bwd_dq_kernel, []
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launched.append(kwargs["TABLE_GRAD"])
-                return real[grid](*args, **kwargs)
-            return launch
+    launched = spy_launches(monkeypatch, "_bwd_dq_kernel", "TABLE_GRAD")
     case = bench.make_case(argparse.Namespace(batch=1, heads=2, head_dim=16), 24, True, torch.float32,
                            torch.device("cpu"))
-    tra._bwd_dq_kernel = Spy()
-    try:
-        _, frozen = bench.step_fn("triton-frozen", *case, 0.0, True)()
-        _, full = bench.step_fn("triton", *case, 0.0, True)()
-    finally:
-        tra._bwd_dq_kernel = real
+    _, frozen = bench.step_fn("triton-frozen", *case, 0.0, True)()
+    _, full = bench.step_fn("triton", *case, 0.0, True)()
     assert launched == [False, True] and len(frozen) == 3 and full[3] is not None
     for got, want in zip(frozen, full):
         assert torch.equal(got, want)  # the same q, k, v gradients
