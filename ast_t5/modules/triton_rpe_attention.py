@@ -666,6 +666,20 @@ def _next_pow2(n: int) -> int:
 
 
 BLOCKS_OVERRIDE = None  # a tile tuple (`resolve_blocks`) for every call: tuning runs
+DEFAULT_STAGES = 3  # software-pipelining stages of every kernel when a tile tuple gives none (Triton's default)
+
+
+_CAPABILITIES = {}  # CUDA device index -> major * 10 + minor
+
+
+def _capability(device: torch.device) -> int:
+    index = torch.cuda.current_device() if device.index is None else device.index
+    if index not in _CAPABILITIES:
+        major, minor = torch.cuda.get_device_capability(index)
+        _CAPABILITIES[index] = major * 10 + minor
+    return _CAPABILITIES[index]
+
+
 # The backward's structure (BACKWARDS; the module docstring):
 # - "split" (the default): a dK/dV kernel and a dQ kernel that recomputes every tile and reduces the
 #   table gradient (7 matrix products per tile, no atomics, deterministic);
@@ -694,18 +708,6 @@ def fused_backward_unfit(device: torch.device, head_dim: int) -> Optional[str]:
         return None
     return (f"the fused backward is built for sm90 at head size <= 64, not sm{capability} at head size "
             f"{head_dim}: running the split backward")
-DEFAULT_STAGES = 3  # software-pipelining stages of every kernel when a tile tuple gives none (Triton's default)
-
-
-_CAPABILITIES = {}  # CUDA device index -> major * 10 + minor
-
-
-def _capability(device: torch.device) -> int:
-    index = torch.cuda.current_device() if device.index is None else device.index
-    if index not in _CAPABILITIES:
-        major, minor = torch.cuda.get_device_capability(index)
-        _CAPABILITIES[index] = major * 10 + minor
-    return _CAPABILITIES[index]
 
 
 def default_blocks(head_dim: int, device: torch.device, capability: Optional[int] = None,
