@@ -182,7 +182,22 @@ def peak_tflops(name: str, override: float) -> float:
     return override or peak_tflops_for(name) or float("nan")
 
 
-SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton")  # what a user can pin; auto is compared with them
+# what a user can pin; auto is compared with them. "triton-fused": the triton backend with the fused
+# backward (triton_rpe_attention.BACKWARD = "fused", AST_T5_TRITON_BACKWARD=fused), not auto's yet
+SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton", "triton-fused")
+
+
+def with_backward(step, structure: str):
+    """``step`` with the triton backend's backward structure set to ``structure`` while it runs."""
+    from ast_t5.modules import triton_rpe_attention as tra
+
+    def run():
+        saved, tra.BACKWARD = tra.BACKWARD, structure
+        try:
+            return step()
+        finally:
+            tra.BACKWARD = saved
+    return run
 
 
 def _kernels_of(step) -> tuple:
@@ -224,7 +239,7 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
             base, hf_model = build_pair(arch, shape, device, torch.float32, "auto", p, **sizes)
             models = {}
             for b in ("auto", *backends):
-                cfg = dataclasses.replace(base.cfg, attention_backend=b)
+                cfg = dataclasses.replace(base.cfg, attention_backend="triton" if b == "triton-fused" else b)
                 if compile_backend:
                     cfg = dataclasses.replace(cfg, compile=True, compile_backend=compile_backend)
                 m = AstT5Model.build(cfg, base.encoder.dictionary)
@@ -239,6 +254,8 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
             models["hf"] = hf_model
         steps = {name: make_step(m, hf_logits if name == "hf" else ours_logits, batch, autocast_dtype)
                  for name, m in models.items()}
+        if "ours[triton-fused]" in steps:
+            steps["ours[triton-fused]"] = with_backward(steps["ours[triton-fused]"], "fused")
         kernels, same_as, failed = {}, {}, {}
         for name in list(steps):  # the first step also compiles flex/triton kernels: not timed
             try:

@@ -33,7 +33,7 @@
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
 #                    step, auto vs each single backend at dropout 0 and
-#                    0.1, and HF (issue 10's auto target)                   130   90  bench_model.log
+#                    0.1, and HF (issue 10's auto target)                   150   90  bench_model.log
 #   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048     150   60  attention.log
 #   recipe           bench_recipe.py --device cuda: fairseq-hydra-train
 #                    base + single_gpu, 200 updates on the default corpus
@@ -219,7 +219,7 @@ run attention_profile        150  60 attention.log "$PY" benchmarks/profile_atte
   --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
-run bench_model              130  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
+run bench_model              150  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --json "$WORK/model.json"
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --lengths 512 2048 --json "$WORK/attention_lengths.json"

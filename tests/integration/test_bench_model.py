@@ -100,3 +100,31 @@ def test_gpu_only_options_without_cuda_are_a_usage_error():
             bench_model.parse_args(argv)
         assert exc.value.code == 2
     assert bench_model.parse_args(["--device", "cuda", "--json", "x.json"]).json == "x.json"
+
+
+def test_the_fused_backward_model_runs_the_triton_backend_with_its_backward_switched(monkeypatch):
+    """``triton-fused``: the triton backend with triton_rpe_attention.BACKWARD = "fused" during its own
+    steps only (the other models keep the split backward), compared with auto like any single backend."""
+    tra = pytest.importorskip("ast_t5.modules.triton_rpe_attention")
+    bench_model = load_benchmark("bench_model", "bench_model_fused")
+    assert "triton-fused" in bench_model.SINGLE_BACKENDS
+    real_make_step, seen = bench_model.make_step, []
+
+    def make_step(model, *args):
+        step = real_make_step(model, *args)
+
+        def run():
+            seen.append((str(getattr(getattr(model, "cfg", None), "attention_backend", "hf")), tra.BACKWARD))
+            return step()
+        return run
+
+    monkeypatch.setattr(bench_model, "make_step", make_step)
+    args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
+    out = bench_model.compare_backends(args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16),
+                                       [0.0], ["sdpa", "triton-fused"], None, False, **SIZES)
+    rows = out["by_dropout"]["dropout 0"]["rows"]
+    assert set(rows) == {"ours[auto]", "ours[sdpa]", "ours[triton-fused]"} and rows["ours[triton-fused]"]["ms"] > 0
+    fused_steps = [structure for backend, structure in seen if backend == "triton"]
+    assert fused_steps and set(fused_steps) == {"fused"}  # the model built on triton ran with the fused backward
+    assert {structure for backend, structure in seen if backend != "triton"} == {tra.BACKWARD} == {"split"}
+
