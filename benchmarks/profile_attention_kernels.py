@@ -21,7 +21,9 @@ prints:
 - ``cyc/iss``: cycles between two instructions of one warp, and the largest stall reasons
   (ncu's breakdown of those cycles: ``long_scoreboard`` = waiting for global memory,
   ``short_scoreboard`` = shared memory or special functions such as exp2, ``barrier``,
-  ``wait`` = fixed latency, ``math_pipe_throttle``, ``mio_throttle``, ``selected`` = issuing...).
+  ``wait`` = fixed latency, ``math_pipe_throttle``, ``mio_throttle``, ``selected`` = issuing...);
+- ``bound by``: a first reading of those (`bound`): the tensor pipe or instruction issue when
+  70%+ busy, else latency and its largest stall reason.
 
 The JSON (embedded by `scripts/gpu_check.sh` in figures.json as ``attention_profile``) has every
 counter of those sections per kernel and the hottest SASS instructions of each (warp-state samples
@@ -242,7 +244,20 @@ def summarize(result: Dict) -> Dict:
     stalls = {STALL.match(name).group(1): v for name, (v, _) in metrics.items()
               if STALL.match(name) and isinstance(v, float)}
     out["stalls"] = dict(sorted(stalls.items(), key=lambda kv: -kv[1]))
+    out["bound"] = bound(out)
     return out
+
+
+def bound(kernel: Dict) -> str:
+    """A first reading of what limits a kernel: the tensor pipe (70%+ busy), issuing instructions
+    (70%+ of issue slots busy), else latency, named by its largest stall reason other than issuing
+    itself ("selected")."""
+    if (kernel.get("tensor_pct") or 0) >= 70:
+        return "tensor pipe"
+    if (kernel.get("issue_active_pct") or 0) >= 70:
+        return "instruction issue"
+    waits = [name for name in kernel.get("stalls", {}) if name not in ("selected", "not_selected")]
+    return f"latency ({waits[0]})" if waits else "unknown"
 
 
 def hot_instructions(text: str, top: int) -> List[Dict]:
@@ -284,12 +299,12 @@ def print_table(kernels: List[Dict]) -> None:
         return "-" if value is None else format(value, fmt)
 
     print(f"{'condition':<16} {'kernel':<26} {'us':>8} {'SM%':>5} {'issue%':>6} {'tensor%':>7} {'occ%':>5} "
-          f"{'regs':>4} {'cyc/iss':>7}  largest stalls (cycles per issued instruction)")
+          f"{'regs':>4} {'cyc/iss':>7}  {'bound by':<28} largest stalls (cycles per issued instruction)")
     for k in kernels:
         stalls = ", ".join(f"{name} {value:.2f}" for name, value in list(k["stalls"].items())[:5])
         print(f"{k['condition']:<16} {k['kind']:<26} {f(k['duration_us'], '8.1f')} {f(k['sm_throughput_pct'], '5.1f')} "
               f"{f(k['issue_active_pct'], '6.1f')} {f(k['tensor_pct'], '7.1f')} {f(k['occupancy_pct'], '5.1f')} "
-              f"{f(k['registers'], '4.0f')} {f(k['cycles_per_issue'], '7.2f')}  {stalls}", flush=True)
+              f"{f(k['registers'], '4.0f')} {f(k['cycles_per_issue'], '7.2f')}  {k['bound']:<28} {stalls}", flush=True)
 
 
 def write_json(path: str, payload: Dict) -> None:

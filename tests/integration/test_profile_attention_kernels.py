@@ -87,6 +87,10 @@ def test_the_counters_of_each_kernel_are_read_and_labelled_by_condition(long_for
     assert fwd["tensor_pct"] == 22.0 and len(fwd["tensor_pipes_pct"]) == 2  # the largest tensor-pipe figure
     assert list(fwd["stalls"].items()) == [("wait", 2.5), ("barrier", 1.0), ("long_scoreboard", 0.5)]
     assert list(profile.summarize(results[2])["stalls"])[0] == "long_scoreboard"
+    assert fwd["bound"] == "latency (wait)" and profile.summarize(results[2])["bound"] == "latency (long_scoreboard)"
+    assert profile.bound(dict(fwd, tensor_pct=75.0)) == "tensor pipe"
+    assert profile.bound(dict(fwd, issue_active_pct=85.0)) == "instruction issue"
+    assert profile.bound(dict(fwd, stalls={"selected": 1.0})) == "unknown"
     # a figure ncu did not report stays None, not 0
     del results[1]["metrics"]["launch__registers_per_thread"]
     assert profile.summarize(results[1])["registers"] is None
