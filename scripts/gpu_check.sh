@@ -22,13 +22,13 @@
 #   bench_attention  bench_attention.py --device cuda at T = S = 1024 (the
 #                    issue's shape): every backend, dropout 0 and 0.1,
 #                    padding or not; the triton kernels' own times          120   60  attention.log
-#   triton_tiles     the triton backend's tile candidates against sdpa,
-#                    padded, 1024 first, then 2048 and 512, forward and
-#                    backward timed apart (--split)                         120   60  attention.log
 #   attention_profile  profile_attention_kernels.py: the triton kernels'
 #                    hardware counters under Nsight Compute (issue slots,
 #                    tensor pipe, occupancy, stall reasons, the hottest
 #                    instructions), one ncu run per condition, flash's too   150   60  attention.log
+#   triton_tiles     the triton backend's tile candidates against sdpa,
+#                    padded, 1024 first, then 2048 and 512, forward and
+#                    backward timed apart (--split)                         120   60  attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
@@ -44,7 +44,7 @@
 #                    attention_tests, the whole suite on the GPU host       360  150  tests.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU) 45  30  bench_model.log
 # GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build bench_attention
-# triton_tiles attention_profile attention_tests bench_model bench_attention_lengths (everything
+# attention_profile triton_tiles attention_tests bench_model bench_attention_lengths (everything
 # issue 10 still owes, its targets first); train = build recipe bench_train other_tests norm_ffn (issue 11's, with the
 # rest of the suite); all (the default) = both. A step runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
@@ -69,8 +69,8 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build bench_attention triton_tiles attention_profile attention_tests bench_model bench_attention_lengths recipe bench_train other_tests norm_ffn"
-ATTENTION_GROUP="build bench_attention triton_tiles attention_profile attention_tests bench_model bench_attention_lengths"
+ALL_STEPS="build bench_attention attention_profile triton_tiles attention_tests bench_model bench_attention_lengths recipe bench_train other_tests norm_ffn"
+ATTENTION_GROUP="build bench_attention attention_profile triton_tiles attention_tests bench_model bench_attention_lengths"
 TRAIN_GROUP="build recipe bench_train other_tests norm_ffn"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
@@ -211,12 +211,12 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
 run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
   --kernel-times --json "$WORK/attention.json"
+run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
+  --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \
   --json "$WORK/attention_tiles.json"
-run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
-  --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
 run bench_model              150  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
