@@ -53,7 +53,8 @@
 # what the first call's budget skipped. GPU_CHECK_DRY_RUN=1: print the plan (each step's command,
 # cap and minimum, what the budget would skip) without running anything.
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures
-# (their JSON files are kept outside OUTDIR and embedded here). At most 8 files are written to
+# (their JSON files are kept outside OUTDIR and embedded here), and last scripts/gpu_summary.py's
+# reading of them (the targets, the decisions) on the output. At most 8 files are written to
 # OUTDIR. Exit status: 0 when every step passed (or passed in an earlier call), 1 otherwise, 2 on a
 # usage error.
 set -uo pipefail
@@ -277,3 +278,7 @@ print("gpu_check:", f"all steps {verb}" if not failed else "failed or skipped: "
       f"({sum(s['seconds'] for s in figures['steps'].values())} s); figures in", os.path.join(out, "figures.json"))
 sys.exit(1 if failed else 0)
 PY
+status=$?
+# what the figures say (the issues' targets, the decisions), at the end of the output
+"$PY" scripts/gpu_summary.py "$OUTDIR/figures.json" || true
+exit "$status"

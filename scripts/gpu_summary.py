@@ -1,0 +1,164 @@
+"""What a `scripts/gpu_check.sh` run says, read from its figures.json: the issues' targets and the
+decisions the figures are for, in one screen.
+
+    python scripts/gpu_summary.py OUTDIR/figures.json
+
+gpu_check.sh prints it at the end of every call, so the last lines of a call's output carry it.
+Sections, each only when the call measured it:
+
+- steps: exit status and seconds of each step (skipped and failed ones named);
+- attention at T = S = 1024 (bench_attention), per condition: the triton backend with the split
+  and the fused backward, the frozen-table row (what the table gradient costs), SDPA on a prebuilt
+  bias (``x pre``) and the bias-free flash lower bound, against the attention issue's targets
+  (<= 1.0 ms without dropout, ``x pre`` >= 2 at dropout 0.1), and the triton kernels' own times;
+- kernels (profile_attention_kernels): what bounds each kernel, and its largest stalls;
+- tiles (the tile sweep): per condition the fastest row, the fastest forward (``fwd_ms``) and the
+  fastest backward (ms - fwd_ms), to combine into `default_blocks`;
+- model step (bench_model): every model's ms per dropout and `auto` against the best single
+  backend (target <= +3%);
+- tests: pytest's summary lines and failures.
+"""
+import json
+import sys
+from typing import Dict, List, Optional
+
+
+def _ms(value: Optional[float]) -> str:
+    return "n/a" if value is None else f"{value:.3f}"
+
+
+def steps_lines(figures: Dict) -> List[str]:
+    steps = figures.get("steps", {})
+    if not steps:
+        return []
+    parts = [f"{name} {s['exit']}" + (f" ({s['seconds']} s)" if isinstance(s.get("seconds"), int) else "")
+             for name, s in steps.items()]
+    return ["steps: " + ", ".join(parts)]
+
+
+def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
+    """Per (dropout, padded) condition at ``length``: the triton rows, against the issue's targets at
+    1024 (its shape)."""
+    rows = [r for r in payload.get("rows", []) if r.get("length") == length]
+    if not rows:
+        return []
+    lines = [f"attention at T=S={length} ({payload.get('device_name', '?')}), ms fwd+bwd:"]
+    conditions = sorted({(r["dropout"], r["padded"]) for r in rows})
+    for dropout, padded in conditions:
+        by = {r["backend"]: r for r in rows if r["dropout"] == dropout and r["padded"] == padded}
+
+        def ms(name):
+            return by.get(name, {}).get("ms")
+        split, fused, frozen = ms("triton"), ms("triton-fused"), ms("triton-frozen")
+        pre, flash = ms("sdpa-prebuilt"), ms("flash-nobias")
+        best = min((v for v in (split, fused) if v is not None), default=None)
+        line = (f"  dropout {dropout:g} padded {'yes' if padded else 'no '}: triton {_ms(split)}, fused {_ms(fused)}"
+                f"{'' if None in (split, fused) else f' ({split / fused:.2f}x split)'}, frozen {_ms(frozen)}"
+                f"{'' if None in (split, frozen) else f' (table gradient {100 * (split - frozen) / split:.0f}%)'}"
+                f", sdpa-prebuilt {_ms(pre)}, flash bias-free {_ms(flash)}")
+        if best is not None and not padded and dropout == 0 and length == 1024:
+            line += f"; target <= 1.0 ms: {'met' if best <= 1.0 else 'not met'} ({best:.3f})"
+        if best is not None and pre is not None and dropout > 0 and length == 1024:
+            line += f"; x pre {pre / best:.2f} (target >= 2: {'met' if pre / best >= 2 else 'not met'})"
+        lines.append(line)
+        for name in ("triton", "triton-fused"):
+            kernels = by.get(name, {}).get("kernels")
+            if kernels:
+                lines.append(f"    {name} kernels: " + ", ".join(f"{k[:32]} {v:.3f}" for k, v in
+                                                               list(kernels.items())[:6]))
+    return lines
+
+
+def profile_lines(payload: Dict) -> List[str]:
+    kernels = payload.get("kernels", [])
+    lines = []
+    if kernels:
+        lines.append("kernels (ncu): condition / kernel: us, issue%, tensor%, occupancy%, bound by; largest stalls")
+    for k in kernels:
+        stalls = ", ".join(f"{n} {v:.1f}" for n, v in list(k.get("stalls", {}).items())[:3])
+        fig = [k.get("duration_us"), k.get("issue_active_pct"), k.get("tensor_pct"), k.get("occupancy_pct")]
+        lines.append(f"  {k.get('condition')} / {k.get('kind')}: " + ", ".join("-" if v is None else f"{v:.1f}"
+                                                                             for v in fig)
+                     + f", {k.get('bound', '?')}; {stalls}")
+    for label, why in payload.get("errors", {}).items():
+        lines.append(f"  {label}: {why[:160]}")
+    if payload.get("error"):
+        lines.append(f"kernels (ncu): {payload['error'][:200]}")
+    return lines
+
+
+def tiles_lines(payload: Dict) -> List[str]:
+    """Per (length, dropout, padded): the fastest row, forward and backward among the triton rows."""
+    rows = [r for r in payload.get("rows", []) if r.get("ms") is not None and r["backend"].startswith("triton")]
+    if not rows:
+        return []
+    lines = ["tiles (fastest fwd+bwd; fastest forward; fastest backward = ms - fwd ms):"]
+    for key in sorted({(r["length"], r["dropout"], r["padded"]) for r in rows}):
+        group = [r for r in rows if (r["length"], r["dropout"], r["padded"]) == key]
+        best = min(group, key=lambda r: r["ms"])
+        timed = [r for r in group if r.get("fwd_ms") is not None]
+        text = f"  T={key[0]} dropout {key[1]:g}: {best['backend']} {best['ms']:.3f}"
+        if timed:
+            fwd = min(timed, key=lambda r: r["fwd_ms"])
+            bwd = min(timed, key=lambda r: r["ms"] - r["fwd_ms"])
+            text += (f"; forward {fwd['backend']} {fwd['fwd_ms']:.3f}; backward {bwd['backend']} "
+                     f"{bwd['ms'] - bwd['fwd_ms']:.3f}")
+        lines.append(text)
+    return lines
+
+
+def model_lines(payload: Dict) -> List[str]:
+    lines = []
+    for dropout, result in payload.get("by_dropout", {}).items():
+        rows = result.get("rows", {})
+        timed = sorted(((r["ms"], name) for name, r in rows.items() if r.get("ms") is not None))
+        text = f"model step {dropout}: " + ", ".join(f"{name} {ms:.1f}" for ms, name in timed)
+        if result.get("auto_vs_best") is not None:
+            gap = 100 * result["auto_vs_best"]
+            text += (f"; auto vs best single ({result.get('best_single')}): {gap:+.1f}% "
+                     f"(target <= +3%: {'met' if gap <= 3 else 'not met'})")
+        failed = [name for name, r in rows.items() if "error" in r]
+        if failed:
+            text += "; failed: " + ", ".join(failed)
+        lines.append(text)
+    return lines
+
+
+def summary(figures: Dict) -> List[str]:
+    lines = [f"gpu_check summary ({figures.get('device', '?')}, torch {figures.get('torch', '?')}, "
+             f"{figures.get('date', '?')})"]
+    lines += steps_lines(figures)
+    for key in ("attention", "attention_lengths"):
+        if isinstance(figures.get(key), dict):
+            for length in sorted({r.get("length") for r in figures[key].get("rows", [])}):
+                lines += attention_lines(figures[key], length)
+    if isinstance(figures.get("attention_profile"), dict):
+        lines += profile_lines(figures["attention_profile"])
+    if isinstance(figures.get("attention_tiles"), dict):
+        lines += tiles_lines(figures["attention_tiles"])
+    if isinstance(figures.get("model"), dict):
+        lines += model_lines(figures["model"])
+    if figures.get("pytest_summaries"):
+        lines.append("tests: " + "; ".join(figures["pytest_summaries"]))
+    if figures.get("pytest_failures"):
+        lines.append("failed tests: " + ", ".join(figures["pytest_failures"][:20]))
+    return lines
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python scripts/gpu_summary.py OUTDIR/figures.json", file=sys.stderr)
+        return 2
+    try:
+        with open(argv[0], encoding="utf-8") as f:
+            figures = json.load(f)
+    except (OSError, ValueError) as e:
+        print(f"gpu_summary: cannot read {argv[0]}: {e}", file=sys.stderr)
+        return 2
+    print("\n".join(summary(figures)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""scripts/gpu_summary.py: the reading of a gpu_check call's figures.json (targets and decisions)."""
+import json
+import os
+import subprocess
+import sys
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_summary.py")
+
+
+def row(backend, dropout, padded, ms, length=1024, **extra):
+    return dict(backend=backend, dropout=dropout, padded=padded, ms=ms, length=length, **extra)
+
+
+FIGURES = {
+    "date": "2026-11-27 10:00:00 UTC", "device": "NVIDIA H100 80GB HBM3", "torch": "2.11.0+cu130",
+    "steps": {"build": {"exit": 0, "seconds": 21}, "bench_attention": {"exit": 0, "seconds": 95},
+              "attention_tests": {"exit": "skipped", "seconds": 0}},
+    "attention": {"device_name": "NVIDIA H100 80GB HBM3", "rows": [
+        row("triton", 0.0, False, 2.0, kernels={"_bwd_dq_kernel": 0.9, "_fwd_kernel": 0.5}),
+        row("triton-fused", 0.0, False, 1.6), row("triton-frozen", 0.0, False, 1.5),
+        row("sdpa-prebuilt", 0.0, False, 2.6), row("flash-nobias", 0.0, False, 0.7),
+        row("triton", 0.1, False, 2.5), row("triton-fused", 0.1, False, 2.0), row("sdpa-prebuilt", 0.1, False, 3.0),
+        row("triton", 0.0, True, 1.9), row("triton-fused", 0.0, True, None)]},
+    "attention_lengths": {"rows": [row("triton", 0.0, False, 0.6, length=512)]},
+    "attention_profile": {"kernels": [
+        {"condition": "triton p0", "kind": "dQ", "duration_us": 900.0, "issue_active_pct": 40.0, "tensor_pct": 20.0,
+         "occupancy_pct": 18.0, "bound": "latency (long_scoreboard)", "stalls": {"long_scoreboard": 4.0, "wait": 1.0}}],
+        "errors": {"triton p0.1": "skipped: 10 s of --timeout 115 s left"}},
+    "attention_tiles": {"rows": [
+        row("triton", 0.0, True, 2.3, fwd_ms=0.8), row("triton:128x32x128x8x3x8x64", 0.0, True, 2.2, fwd_ms=0.6),
+        row("triton-fused:64x64x64x4x2", 0.0, True, 1.9, fwd_ms=0.8), row("sdpa", 0.0, True, 2.7, fwd_ms=1.0)]},
+    "model": {"by_dropout": {"dropout 0": {
+        "rows": {"ours[auto]": {"ms": 81.0}, "ours[triton]": {"ms": 80.0}, "ours[triton-fused]": {"ms": 75.0},
+                 "ours[flex]": {"error": "OutOfResources: shared memory"}},
+        "best_single": "ours[triton-fused]", "auto_vs_best": 0.08}}},
+    "pytest_summaries": ["60 passed, 3 skipped in 120.0s"], "pytest_failures": ["tests/x.py::test_y"],
+}
+
+
+def run(tmp_path, figures):
+    path = tmp_path / "figures.json"
+    path.write_text(json.dumps(figures))
+    return subprocess.run([sys.executable, SCRIPT, str(path)], capture_output=True, text=True)
+
+
+def test_the_summary_reads_every_target_and_decision(tmp_path):
+    proc = run(tmp_path, FIGURES)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "NVIDIA H100 80GB HBM3, torch 2.11.0+cu130" in out
+    assert "attention_tests skipped (0 s)" in out
+    # split against fused, the table gradient's share, the issue's targets at 1024 only
+    assert ("dropout 0 padded no : triton 2.000, fused 1.600 (1.25x split), frozen 1.500 (table gradient 25%)"
+            in out)
+    assert "target <= 1.0 ms: not met (1.600)" in out
+    assert "x pre 1.50 (target >= 2: not met)" in out
+    assert "fused n/a" in out  # a row that did not run
+    assert "attention at T=S=512" in out and out.count("target <= 1.0 ms") == 1
+    assert "triton kernels: _bwd_dq_kernel 0.900, _fwd_kernel 0.500" in out
+    assert "triton p0 / dQ: 900.0, 40.0, 20.0, 18.0, latency (long_scoreboard); long_scoreboard 4.0, wait 1.0" in out
+    assert "triton p0.1: skipped" in out
+    # the tile sweep: fastest row, forward and backward apart (sdpa is not a tile)
+    assert ("T=1024 dropout 0: triton-fused:64x64x64x4x2 1.900; forward triton:128x32x128x8x3x8x64 0.600; "
+            "backward triton-fused:64x64x64x4x2 1.100") in out
+    assert ("model step dropout 0: ours[triton-fused] 75.0, ours[triton] 80.0, ours[auto] 81.0; auto vs best "
+            "single (ours[triton-fused]): +8.0% (target <= +3%: not met); failed: ours[flex]") in out
+    assert "tests: 60 passed" in out and "failed tests: tests/x.py::test_y" in out
+
+
+def test_a_call_that_measured_little_still_reads_and_a_bad_file_says_why(tmp_path):
+    proc = run(tmp_path, {"steps": {"build": {"exit": 1, "seconds": 5}}})
+    assert proc.returncode == 0 and "steps: build 1 (5 s)" in proc.stdout and "attention" not in proc.stdout
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    proc = subprocess.run([sys.executable, SCRIPT, str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 2 and "cannot read" in proc.stderr
+    proc = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True)
+    assert proc.returncode == 2 and "usage" in proc.stderr
