@@ -16,6 +16,8 @@ Sections, each only when the call measured it:
   fastest backward (ms - fwd_ms), to combine into `default_blocks`;
 - model step (bench_model): every model's ms per dropout and `auto` against the best single
   backend (target <= +3%);
+- training (bench_recipe, bench_train): the recipe's MFU (target >= 40%) and OOM recoveries, and
+  the trainer against Hugging Face (target >= 1.5x tokens/s at no more peak memory);
 - tests: pytest's summary lines and failures.
 """
 import json
@@ -124,6 +126,32 @@ def model_lines(payload: Dict) -> List[str]:
     return lines
 
 
+def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
+    """Issue 11's targets: the recipe's MFU (>= 40%, no OOM recovery) and the trainer against Hugging
+    Face (>= 1.5x tokens/s at no more peak memory)."""
+    lines = []
+    if isinstance(recipe, dict) and isinstance(recipe.get("summary"), dict):
+        r = recipe["summary"]
+        mfu = r.get("mfu")  # percent, as the training log writes it
+        lines.append(f"recipe {r.get('config')}{' + ' + r['run_config'] if r.get('run_config') else ''}: "
+                     f"{r.get('last_update')} updates, {_ms(r.get('ups'))} updates/s, MFU "
+                     f"{'n/a' if mfu is None else f'{mfu:.1f}%'} (target >= 40%: "
+                     f"{'met' if mfu is not None and mfu >= 40 else 'not met'}), OOM recoveries "
+                     f"{r.get('oom_recoveries')}, recompile-limit hits {r.get('recompile_limit_hits')}, "
+                     f"peak {_ms(r.get('peak_gib'))} GiB")
+    if isinstance(train, dict) and isinstance(train.get("ours"), dict):
+        ours, hf = train["ours"], train.get("hf") or {}
+        text = f"bench_train: ours {ours.get('tokens_per_s', 0):.0f} tokens/s, MFU {100 * ours.get('mfu', 0):.1f}%"
+        if train.get("ratio_tokens_per_s") is not None:
+            ratio = train["ratio_tokens_per_s"]
+            text += (f"; HF {hf.get('tokens_per_s', 0):.0f} tokens/s; ours / HF {ratio:.2f}x (target >= 1.5x: "
+                     f"{'met' if ratio >= 1.5 else 'not met'})")
+        if train.get("ratio_peak_memory") is not None:
+            text += f", peak memory ours / HF {train['ratio_peak_memory']:.2f}x (target <= 1.0x)"
+        lines.append(text)
+    return lines
+
+
 def summary(figures: Dict) -> List[str]:
     lines = [f"gpu_check summary ({figures.get('device', '?')}, torch {figures.get('torch', '?')}, "
              f"{figures.get('date', '?')})"]
@@ -138,6 +166,7 @@ def summary(figures: Dict) -> List[str]:
         lines += tiles_lines(figures["attention_tiles"])
     if isinstance(figures.get("model"), dict):
         lines += model_lines(figures["model"])
+    lines += train_lines(figures.get("recipe"), figures.get("train"))
     if figures.get("pytest_summaries"):
         lines.append("tests: " + "; ".join(figures["pytest_summaries"]))
     if figures.get("pytest_failures"):
