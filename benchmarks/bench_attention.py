@@ -352,8 +352,9 @@ def backward_supported(name, device) -> bool:
     return device.type == "cuda" or name not in ("flex", "flex-distance", "flex-nobias")
 
 
-def available(name, device) -> Optional[str]:
-    """None, or why the backend cannot run here."""
+def available(name, device, head_dim: int = 64) -> Optional[str]:
+    """None, or why the backend cannot run here (a triton-fused row where the fused backward would
+    fall back to the split one: its time would be the split backward's under the fused name)."""
     if name == "fused":
         import fused_ops
 
@@ -366,6 +367,8 @@ def available(name, device) -> Optional[str]:
             return f"triton is not importable ({tra.TRITON_IMPORT_ERROR})"
         if device.type == "cpu" and not tra.INTERPRETED:
             return "CPU: set TRITON_INTERPRET=1"
+        if name.startswith("triton-fused"):
+            return tra.fused_backward_unfit(device, head_dim)
     return None
 
 
@@ -416,7 +419,7 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                 for name in args.backends:
                     row = dict(length=length, dropout=dropout, padded=padded, backend=name, dtype=args.dtype,
                                batch=args.batch, heads=args.heads, head_dim=args.head_dim, floor_ms=floor_ms)
-                    why = available(name, device)
+                    why = available(name, device, args.head_dim)
                     backward = backward_supported(name, device)
                     fn = None if why else step_fn(name, *case, dropout, backward)
                     if fn is None:

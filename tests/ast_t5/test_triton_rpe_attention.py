@@ -271,6 +271,12 @@ def test_the_fused_backward_runs_where_it_was_built_and_says_why_not_elsewhere(m
     assert "sm90 at head size <= 64" in why and "head size 128" in why and "split backward" in why
     capability["cc"] = 80
     assert "not sm80 at head size 64" in tra.fused_backward_unfit(cuda, 64)
+    # bench_attention leaves the fused rows out there (they would time the split backward), says why
+    bench = load_benchmark("bench_attention", "bench_attention_unfit")
+    if tra.triton is not None:
+        assert "not sm80 at head size 64" in bench.available("triton-fused", cuda, 64)
+        assert "not sm80" in bench.available("triton-fused:64x64x64x4x2", cuda, 64)
+        assert bench.available("triton", cuda, 64) is None
 
 
 @cpu_only

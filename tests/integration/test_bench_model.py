@@ -128,3 +128,18 @@ def test_the_fused_backward_model_runs_the_triton_backend_with_its_backward_swit
     assert fused_steps and set(fused_steps) == {"fused"}  # the model built on triton ran with the fused backward
     assert {structure for backend, structure in seen if backend != "triton"} == {tra.BACKWARD} == {"split"}
 
+
+def test_the_fused_backward_model_is_left_out_where_the_split_backward_would_run(monkeypatch, caplog):
+    """On a GPU the fused backward was not built for, its model would time the split backward under the
+    fused name: it is left out, with the reason logged."""
+    tra = pytest.importorskip("ast_t5.modules.triton_rpe_attention")
+    monkeypatch.setattr(tra, "fused_backward_unfit", lambda device, head_dim: "not sm80 at head size 64")
+    bench_model = load_benchmark("bench_model", "bench_model_unfit")
+    args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=0, peak_tflops=0.0)  # no warm-up: allowed
+    with caplog.at_level("WARNING"):
+        out = bench_model.compare_backends(args, torch.device("cpu"), "t5_v11_tiny",
+                                           bench_model.Shape(512, 4, 64, 16), [0.0], ["sdpa", "triton-fused"],
+                                           None, False, **SIZES)
+    assert set(out["by_dropout"]["dropout 0"]["rows"]) == {"ours[auto]", "ours[sdpa]"}
+    assert "triton-fused left out: not sm80 at head size 64" in caplog.text
+
