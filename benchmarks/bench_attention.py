@@ -29,10 +29,16 @@ gradient reaching the table, as in the model:
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
   ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] ...`` adds one row per tile
   configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run (a
-  ``fused:`` prefix runs those tiles with the fused backward: a ``triton-fused:...`` row);
+  ``fused:`` prefix runs those tiles with the fused backward: a ``triton-fused:...`` row; ``far:``,
+  ``far-all:`` with `FAR_LOOPS`, and ``+`` joins them: ``fused+far:...``);
 - triton-fused: the triton row with the fused backward (``triton_rpe_attention.BACKWARD = "fused"``:
   dQ added by the dK/dV kernel with atomic adds, 5 matrix products per tile instead of 7, and a
   band kernel for the table gradient of the tiles crossing the band (-M, M));
+- triton-far, triton-far-all: the triton row with the dK/dV and dQ kernels (triton-far), and the
+  forward too (triton-far-all), walking their tiles in three loops, the far tiles adding the clamped
+  bias as a scalar (``triton_rpe_attention.FAR_LOOPS`` = "backward", "all"); n/a at lengths where
+  the kernels keep one loop (`far_loops_pay`). A ``far:`` or ``far-all:`` prefix of
+  ``--triton-blocks`` does the same for those tiles (``fused+far:`` with the fused backward);
 - triton-frozen: the triton row with the bucket table frozen (no table gradient: the dQ kernel
   without its per-distance reduction): what that reduction costs. It leaves out work, so it never
   wins a condition;
@@ -79,13 +85,19 @@ from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
-            "triton-frozen", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias")
+            "triton-far", "triton-far-all", "triton-frozen", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
                "sdpa-prebuilt": ("sdpa", "sdpa-masked-no-cudnn"), "flex": ("flex",), "flex-distance": ("flex",),
-               "triton": ("triton-rpe",), "triton-fused": ("triton-rpe",), "triton-frozen": ("triton-rpe",)}
-TRITON_ROWS = ("triton", "triton-fused", "triton-frozen")  # the triton backend's rows (tile rows: triton:...)
+               "triton": ("triton-rpe",)}  # every triton row (TRITON_ROWS) too
+# the triton backend's rows and their structure (triton_rpe_attention's BACKWARD, FAR_LOOPS); a tile row is
+# one of them (not triton-frozen) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
+TRITON_ROWS = {"triton": ("split", "none"), "triton-fused": ("fused", "none"), "triton-frozen": ("split", "none"),
+               "triton-far": ("split", "backward"), "triton-far-all": ("split", "all"),
+               "triton-fused-far": ("fused", "backward"), "triton-fused-far-all": ("fused", "all")}
+TILE_PREFIXES = ("fused", "far", "far-all")  # --triton-blocks prefixes, joined by "+": fused+far:...
+DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "triton-far-all")
 # rows that leave out part of the work (the table gradient's reduction): compared, never a winner
 PARTIAL = ("sdpa-prebuilt", "triton-frozen")
 NUM_BUCKETS, MAX_DISTANCE = 32, 128  # T5 v1.1
@@ -96,10 +108,12 @@ def parse_args(argv=None):
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
                    help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
-    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(BACKENDS))
+    p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(DEFAULT_BACKENDS),
+                   help="default: all but triton-far-all (gpu_check's tile sweep times it, forward and backward apart)")
     p.add_argument("--triton-blocks", nargs="+", default=[],
-                   metavar="[fused:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
-                   help="extra `triton` rows with these tiles, with the fused backward after a fused: prefix "
+                   metavar="[PREFIX:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
+                   help="extra `triton` rows with these tiles; PREFIX: fused (the fused backward), far or far-all "
+                        "(triton_rpe_attention.FAR_LOOPS backward or all), joined by + "
                         "(forward BLOCK_M, BLOCK_N, backward BLOCK, "
                         "num_warps[, num_stages: default 3[, backward num_warps: default num_warps[, backward "
                         "STEP: default BLOCK[, backward num_stages: default num_stages]]]]), e.g. 128,64,64,8 "
@@ -132,12 +146,19 @@ def parse_args(argv=None):
     for name, value in defaults.items():
         if getattr(args, name) is None:
             setattr(args, name, value)
-    try:  # a "fused:" prefix: the tiles with the fused backward (a triton-fused:... row)
-        args.triton_blocks = [(spec.startswith("fused:"), tuple(int(x) for x in spec.split(":")[-1].split(",")))
-                              for spec in args.triton_blocks]
-    except ValueError:
-        p.error("--triton-blocks: each value is [fused:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] "
-                "(integers)")
+    specs, args.triton_blocks = args.triton_blocks, []
+    for spec in specs:  # [prefix[+prefix]:]tiles: the row triton[-fused][-far|-far-all]:tiles
+        prefix, _, tiles = spec.rpartition(":")
+        flags = set(prefix.split("+")) if prefix else set()
+        if not flags <= set(TILE_PREFIXES) or {"far", "far-all"} <= flags:
+            p.error(f"--triton-blocks {spec}: the prefixes are {', '.join(TILE_PREFIXES)} (one far kind), joined by +")
+        try:
+            blocks = tuple(int(x) for x in tiles.split(","))
+        except ValueError:
+            p.error("--triton-blocks: each value is [PREFIX:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP"
+                    "[,BWD_STAGES]]]] (integers)")
+        base = "triton" + "".join(f"-{flag}" for flag in TILE_PREFIXES if flag in flags)
+        args.triton_blocks.append((base, blocks))
     if args.triton_blocks:
         from ast_t5.modules.triton_rpe_attention import resolve_blocks
 
@@ -146,8 +167,7 @@ def parse_args(argv=None):
                 resolve_blocks(blocks)
         except ValueError as e:
             p.error(f"--triton-blocks: {e}")
-    args.backends = list(args.backends) + [("triton-fused:" if fused else "triton:") + "x".join(map(str, b))
-                                           for fused, b in args.triton_blocks]
+    args.backends = list(args.backends) + [f"{base}:" + "x".join(map(str, b)) for base, b in args.triton_blocks]
     if min(args.lengths) < 2 or args.batch < 1 or args.heads < 1 or args.head_dim < 1 or args.repeats < 1:
         p.error("lengths must be >= 2 and batch, heads, head-dim, repeats >= 1")
     return args
@@ -204,21 +224,23 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         def run():
             return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))
         return run if backward else _without_grad(run)
-    if name.startswith(("triton:", "triton-fused:")):  # a tile configuration under test (--triton-blocks)
+    base, _, tiles = name.partition(":")
+    if base in TRITON_ROWS and base not in ("triton", "triton-frozen") or (base == "triton" and tiles):
+        # a structure (BACKWARD, FAR_LOOPS) and/or tiles under test (--triton-blocks)
         from ast_t5.modules import triton_rpe_attention as tra
 
-        blocks = tuple(int(x) for x in name.split(":")[1].split("x"))
-        structure = "fused" if name.startswith("triton-fused:") else "split"
+        structure, far_loops = TRITON_ROWS[base]
+        blocks = tuple(int(x) for x in tiles.split("x")) if tiles else None
 
-        def run_blocks():
-            saved = tra.BLOCKS_OVERRIDE, tra.BACKWARD
-            tra.BLOCKS_OVERRIDE, tra.BACKWARD = blocks, structure
+        def run_structured():
+            saved = tra.BLOCKS_OVERRIDE, tra.BACKWARD, tra.FAR_LOOPS
+            tra.BLOCKS_OVERRIDE, tra.BACKWARD, tra.FAR_LOOPS = blocks or saved[0], structure, far_loops
             try:
                 folded, _, _ = ab.fold_masks("triton", table(length, length), pad, False, dtype=dtype)
                 return finish(ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton"))
             finally:
-                tra.BLOCKS_OVERRIDE, tra.BACKWARD = saved
-        return run_blocks if backward else _without_grad(run_blocks)
+                tra.BLOCKS_OVERRIDE, tra.BACKWARD, tra.FAR_LOOPS = saved
+        return run_structured if backward else _without_grad(run_structured)
     if name == "sdpa-prebuilt":
         # the dense (1, H, T, S) bias with the masks folded in, built once outside the timed call, as a
         # stack builds it once for all its layers; the call returns the dense tensor's gradient, and the
@@ -235,17 +257,6 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
             grads = torch.autograd.grad(out, [*leaves, dense], grad_out)
             return out, [*grads[:3], None]  # no table gradient to compare
         return run_prebuilt if backward else _without_grad(run_prebuilt)
-    if name == "triton-fused":  # the triton backend with the fused backward (triton_rpe_attention.BACKWARD)
-        from ast_t5.modules import triton_rpe_attention as tra
-
-        def run_fused():
-            saved, tra.BACKWARD = tra.BACKWARD, "fused"
-            try:
-                folded, _, _ = ab.fold_masks("triton", table(length, length), pad, False, dtype=dtype)
-                return finish(ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton"))
-            finally:
-                tra.BACKWARD = saved
-        return run_fused if backward else _without_grad(run_fused)
     if name == "triton-frozen":
         # the triton row with the bucket table frozen: no table gradient, so the dQ kernel runs without
         # its per-distance reduction; the difference to the triton row is what that reduction costs
@@ -352,30 +363,42 @@ def backward_supported(name, device) -> bool:
     return device.type == "cuda" or name not in ("flex", "flex-distance", "flex-nobias")
 
 
-def available(name, device, head_dim: int = 64) -> Optional[str]:
-    """None, or why the backend cannot run here (a triton-fused row where the fused backward would
-    fall back to the split one: its time would be the split backward's under the fused name)."""
+def available(name, device, head_dim: int = 64, length: Optional[int] = None) -> Optional[str]:
+    """None, or why the backend cannot run here as itself: a triton row whose structure the kernels would
+    not take, so that its time would be another's under its name (the fused backward falling back to the
+    split one; FAR_LOOPS at a length where the kernels keep one loop, `far_loops_pay`)."""
     if name == "fused":
         import fused_ops
 
         ok, reason = fused_ops.fused_backend_status(device)
         return None if ok else reason
-    if name.split(":")[0] in TRITON_ROWS:
+    base, _, tiles = name.partition(":")
+    if base in TRITON_ROWS:
         from ast_t5.modules import triton_rpe_attention as tra
 
         if tra.triton is None:
             return f"triton is not importable ({tra.TRITON_IMPORT_ERROR})"
         if device.type == "cpu" and not tra.INTERPRETED:
             return "CPU: set TRITON_INTERPRET=1"
-        if name.startswith("triton-fused"):
-            return tra.fused_backward_unfit(device, head_dim)
+        structure, far_loops = TRITON_ROWS[base]
+        if structure == "fused":
+            why = tra.fused_backward_unfit(device, head_dim)
+            if why:
+                return why
+        if far_loops != "none" and length is not None:
+            blocks = tra.resolve_blocks(tuple(int(x) for x in tiles.split("x")) if tiles else
+                                        tra.BLOCKS_OVERRIDE or tra.default_blocks(head_dim, device))
+            if not tra.far_loops_pay(length, length, MAX_DISTANCE, blocks):
+                return (f"T = {length} is within 2 (M + tile) = {2 * (MAX_DISTANCE + max(blocks[:3]))}: "
+                        "the kernels keep one loop there")
     return None
 
 
 def condition_winner(rows: List[Dict]) -> Optional[Dict]:
     """The fastest biased backend of one condition that ran as itself (not through a fallback)."""
     def kind(row):
-        return row["backend"].split(":")[0]
+        base = row["backend"].split(":")[0]
+        return "triton" if base in TRITON_ROWS else base
     own = [r for r in rows if r.get("ms") is not None and kind(r) in OWN_KERNELS and r["backend"] not in PARTIAL
            and r.get("ran", "").split("+")[0] in OWN_KERNELS[kind(r)]]
     if not own:
@@ -419,7 +442,7 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                 for name in args.backends:
                     row = dict(length=length, dropout=dropout, padded=padded, backend=name, dtype=args.dtype,
                                batch=args.batch, heads=args.heads, head_dim=args.head_dim, floor_ms=floor_ms)
-                    why = available(name, device, args.head_dim)
+                    why = available(name, device, args.head_dim, length)
                     backward = backward_supported(name, device)
                     fn = None if why else step_fn(name, *case, dropout, backward)
                     if fn is None:

@@ -70,6 +70,10 @@ def parse_args(argv=None):
     p.add_argument("--backward", choices=("split", "fused"), default="split",
                    help="the backward's structure (triton_rpe_attention.BACKWARD): split = dK/dV and dQ kernels; "
                         "fused = the dK/dV kernel adding dQ atomically (dkdv+dq) and the band kernel (band)")
+    p.add_argument("--far-loops", choices=("none", "backward", "all"), default="none",
+                   help="triton_rpe_attention.FAR_LOOPS: which kernels walk their tiles in three loops (the far "
+                        "tiles add the clamped bias as a scalar); with it, ``i/el`` is the band loop's and "
+                        "``far`` the larger far loop's")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -148,7 +152,7 @@ def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages, ints=None):
                           options=dict(num_warps=num_warps, num_stages=num_stages))
 
 
-def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
+def instructions(kernel, tile_elements: int = 0, num_warps: int = 0, copies: int = 1) -> dict:
     """What the kernel's PTX uses: its matrix-multiply instruction, whether any load is an
     asynchronous copy into shared memory (the mark of a software-pipelined loop), and, given the
     elements of the one tile a backward kernel exponentiates per iteration and its warps, ``dup``:
@@ -157,7 +161,8 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
     element-wise operation, and the products in that layout, run twice), and ``ex2``: ``ftz`` when
     every exponential is the one-instruction ``ex2.approx.ftz`` (what ``tl.exp2`` gives), ``full``
     when some is the full-range ``ex2.approx.f32`` (what ``tl.exp`` gives: a multiply by log2(e)
-    plus a compare and two multiplies around the MUFU instruction for subnormals)."""
+    plus a compare and two multiplies around the MUFU instruction for subnormals). ``copies``: how
+    many times the kernel's loop is compiled (3 with `FAR_LOOPS`), each with its own exponentials."""
     ptx = kernel.asm["ptx"]
     if re.search(r"\bwgmma\.mma_async", ptx):
         mma = "wgmma"
@@ -168,7 +173,7 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0) -> dict:
     pipelined = bool(re.search(r"\bcp\.async\.", ptx))  # cp.async.* (Ampere) and cp.async.bulk.* (TMA)
     dup = None
     if tile_elements and num_warps:
-        dup = len(re.findall(r"\bex2\.approx", ptx)) / (tile_elements / (32 * num_warps))
+        dup = len(re.findall(r"\bex2\.approx", ptx)) / (tile_elements / (32 * num_warps)) / copies
     ex2 = "full" if re.search(r"\bex2\.approx\.f32\b", ptx) else "ftz" if re.search(r"\bex2\.approx\.ftz", ptx) \
         else "-"
     return dict(mma=mma, pipelined=pipelined, dup=dup, ex2=ex2)
@@ -218,19 +223,25 @@ def loop_conversions(ttgir: str) -> int:
     return count
 
 
-def loop_instructions(sass: str) -> int:
-    """Machine instructions in the body of the largest loop of a ``cuobjdump -sass`` listing: the
-    span from a backward branch's target to the branch, all its blocks counted (the branches taken
-    on some iterations only, such as the dQ kernel's tile crossing the band, included). 0 when
-    the listing has no loop."""
+def loop_sizes(sass: str) -> list:
+    """Machine instructions in the body of each loop of a ``cuobjdump -sass`` listing, largest
+    first: the span from a backward branch's target to the branch, all its blocks counted (the
+    branches taken on some iterations only, such as the dQ kernel's tile crossing the band,
+    included). A loop nested in another counts in both."""
     code = [(int(addr, 16), text.strip()) for addr, text in re.findall(r"/\*([0-9a-f]{4,})\*/\s+([^;]*);", sass)]
-    largest = 0
+    sizes = []
     for addr, text in code:
         target = re.search(r"\bBRA\b(?:\.\w+)*\s+(?:`\()?0x([0-9a-f]+)", text)
         if target and int(target.group(1), 16) < addr:
             start = int(target.group(1), 16)
-            largest = max(largest, sum(start <= a <= addr for a, _ in code))
-    return largest
+            sizes.append(sum(start <= a <= addr for a, _ in code))
+    return sorted(sizes, reverse=True)
+
+
+def loop_instructions(sass: str) -> int:
+    """Instructions in the body of the largest loop of a ``cuobjdump -sass`` listing (`loop_sizes`),
+    0 when it has none."""
+    return (loop_sizes(sass) or [0])[0]
 
 
 def _cuobjdump(kernel, flag: str) -> str:
@@ -291,7 +302,7 @@ def main(argv=None) -> int:
           f"(B, {args.heads}, {args.length}, D) tensors, max_distance {args.max_distance}")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<7} {'tiles':<14} "
           f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'ser':<3} {'pipe':<4} {'dup':>4} {'conv':>4} "
-          f"{'ex2':<4} {'i/el':>5} {'s':>5}")
+          f"{'ex2':<4} {'i/el':>5} {'far':>5} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
@@ -303,9 +314,11 @@ def main(argv=None) -> int:
             return 2
         ints = call_integers(head_dim, args.length, args.heads)
         common = dict(M=args.max_distance, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
-                      BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32")
+                      BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32",
+                      FAR_LOOPS=args.far_loops != "none")
         bwd_tile = block_bwd * step_bwd
-        kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n), f"{block_m}x{block_n}",
+        kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n,
+                                                  FAR_LOOPS=args.far_loops == "all"), f"{block_m}x{block_n}",
                     warps, stages, 0, block_m * block_n),
                    ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=False,
                                                         FAR_SUMS=False, BAND_Q=block_bwd, BAND_K=step_bwd),
@@ -323,9 +336,15 @@ def main(argv=None) -> int:
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints)
-            info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps),
+            # FAR_LOOPS: the kernel's loop compiled three times (the band kernel's once): the band's, the
+            # largest, is ``i/el``; the far ones' largest is ``far``
+            copies = 3 if consts["FAR_LOOPS"] and not consts.get("BAND_ONLY") else 1
+            per_thread = loop_tile / (32 * kernel_warps)
+            sizes = loop_sizes(_cuobjdump(kernel, "-sass"))
+            info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps, copies),
                         conv=loop_conversions(kernel.asm["ttgir"]),
-                        per_element=loop_instructions(_cuobjdump(kernel, "-sass")) / (loop_tile / (32 * kernel_warps)))
+                        per_element=(sizes or [0])[0] / per_thread,
+                        far=sizes[1] / per_thread if copies == 3 and len(sizes) >= 3 else None)
             serial = "-"
             if info["mma"] == "wgmma":
                 why = wgmma_serialized(_ptxas_log(kernel, arch))
@@ -345,7 +364,8 @@ def main(argv=None) -> int:
             print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<7} {config:<14} "
                   f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {occ:>4} {info['mma']:<5} {serial:<3} "
                   f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {info['ex2']:<4} "
-                  f"{info['per_element']:>5.1f} {time.time() - t0:>5.1f}",
+                  f"{info['per_element']:>5.1f} {'-' if info['far'] is None else format(info['far'], '.1f'):>5} "
+                  f"{time.time() - t0:>5.1f}",
                   flush=True)
     print(f"{spills} kernel(s) with a spill stack")
     print(f"{unpipelined} kernel(s) without pipelined loads")

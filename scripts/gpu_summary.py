@@ -8,12 +8,14 @@ Sections, each only when the call measured it:
 
 - steps: exit status and seconds of each step (skipped and failed ones named);
 - attention at T = S = 1024 (bench_attention), per condition: the triton backend with the split
-  and the fused backward, the frozen-table row (what the table gradient costs), SDPA on a prebuilt
+  and the fused backward, with the far loops in the backward and in every kernel (``Nx``: the triton
+  row's ms over theirs), the frozen-table row (what the table gradient costs), SDPA on a prebuilt
   bias (``x pre``) and the bias-free flash lower bound, against the attention issue's targets
   (<= 1.0 ms without dropout, ``x pre`` >= 2 at dropout 0.1), and the triton kernels' own times;
 - kernels (profile_attention_kernels): what bounds each kernel, and its largest stalls;
 - tiles (the tile sweep): per condition the fastest row, the fastest forward (``fwd_ms``) and the
-  fastest backward (ms - fwd_ms), to combine into `default_blocks`;
+  fastest backward (ms - fwd_ms), to combine into `default_blocks`, and the far-all row's forward and
+  backward against the triton row's (which kernels' far loops pay);
 - model step (bench_model): every model's ms per dropout and `auto` against the best single
   backend (target <= +3%);
 - training (bench_recipe, bench_train): the recipe's MFU (target >= 40%) and OOM recoveries, and
@@ -52,10 +54,15 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         def ms(name):
             return by.get(name, {}).get("ms")
         split, fused, frozen = ms("triton"), ms("triton-fused"), ms("triton-frozen")
+        far, far_all = ms("triton-far"), ms("triton-far-all")
         pre, flash = ms("sdpa-prebuilt"), ms("flash-nobias")
-        best = min((v for v in (split, fused) if v is not None), default=None)
+        best = min((v for v in (split, fused, far, far_all) if v is not None), default=None)
+
+        def versus(value):
+            return "" if None in (split, value) else f" ({split / value:.2f}x)"
         line = (f"  dropout {dropout:g} padded {'yes' if padded else 'no '}: triton {_ms(split)}, fused {_ms(fused)}"
-                f"{'' if None in (split, fused) else f' ({split / fused:.2f}x split)'}, frozen {_ms(frozen)}"
+                f"{versus(fused)}, far {_ms(far)}{versus(far)}, far-all {_ms(far_all)}{versus(far_all)}"
+                f", frozen {_ms(frozen)}"
                 f"{'' if None in (split, frozen) else f' (table gradient {100 * (split - frozen) / split:.0f}%)'}"
                 f", sdpa-prebuilt {_ms(pre)}, flash bias-free {_ms(flash)}")
         if best is not None and not padded and dropout == 0 and length == 1024:
@@ -63,7 +70,7 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         if best is not None and pre is not None and dropout > 0 and length == 1024:
             line += f"; x pre {pre / best:.2f} (target >= 2: {'met' if pre / best >= 2 else 'not met'})"
         lines.append(line)
-        for name in ("triton", "triton-fused"):
+        for name in ("triton", "triton-fused", "triton-far"):
             kernels = by.get(name, {}).get("kernels")
             if kernels:
                 lines.append(f"    {name} kernels: " + ", ".join(f"{k[:32]} {v:.3f}" for k, v in
@@ -105,6 +112,11 @@ def tiles_lines(payload: Dict) -> List[str]:
             bwd = min(timed, key=lambda r: r["ms"] - r["fwd_ms"])
             text += (f"; forward {fwd['backend']} {fwd['fwd_ms']:.3f}; backward {bwd['backend']} "
                      f"{bwd['ms'] - bwd['fwd_ms']:.3f}")
+            plain = next((r for r in timed if r["backend"] == "triton"), None)
+            for far in (r for r in timed if r["backend"].startswith("triton-far-all:")):
+                if plain is not None:  # FAR_LOOPS: each kernel's three loops against the plain row's one
+                    text += (f"; {far['backend']} fwd {far['fwd_ms']:.3f} (triton {plain['fwd_ms']:.3f}), bwd "
+                             f"{far['ms'] - far['fwd_ms']:.3f} (triton {plain['ms'] - plain['fwd_ms']:.3f})")
         lines.append(text)
     return lines
 

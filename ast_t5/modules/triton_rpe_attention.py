@@ -17,7 +17,8 @@ into shared memory ahead of use, like K and V. (Until 2026-11-23 a tile whose
 distances all clamp added one scalar instead; that branch made the compiler load the bias in
 another register layout and convert it through shared memory synchronously on every tile.
 Splitting the key loop in three instead, so the outer loops add a scalar without a branch, spilled
-registers at head size 128: `benchmarks/compile_triton_rpe.py`, BENCHMARKS.md.) No (T, S) or
+registers at head size 128 on the tiles of the day: `benchmarks/compile_triton_rpe.py`, BENCHMARKS.md;
+it is an option now, `FAR_LOOPS` below.) No (T, S) or
 (B, H, T, S) tensor is ever built.
 
 Every kernel keeps the scores in log2 units, s = log2(e) (scale q k^T + bias): the per-distance
@@ -116,6 +117,25 @@ measured (the GPU benchmark's --triton-blocks option).
 
 Masks cost only where needed: without key padding, a tile is masked only if it holds keys past
 S or (causal) crosses the diagonal; interior tiles skip the mask.
+
+Far loops (`FAR_LOOPS` = "backward" or "all", or AST_T5_TRITON_FAR_LOOPS; not measured on a GPU yet,
+so "none" by default). Most tiles of a long call lie wholly beyond the band (-M, M), where every
+distance clamps to the same bias: at 64 x 64 tiles and M = 128, 11 of a row's 16 key tiles at
+T = 1024, 27 of 32 at 2048. With FAR_LOOPS a kernel walks its other axis in three loops
+(`_far_spans`): the far tiles on one side, the band, the far tiles on the other. The far loops add
+the clamped bias as one scalar per tile, so they neither gather the bias tile nor stage it through
+shared memory (the gather is 32 of the forward's 40 asynchronous copies per thread and tile, and
+32 KB of shared-memory traffic per 64 x 64 tile, written and read back), and the dQ kernel's far
+loops reduce the table gradient by row sums with no per-tile branch (its far tiles: 26.3 -> 13.6
+instructions per element, sm90 D 64, `compile_triton_rpe.py --far-loops`). Every loop runs at
+least one tile: a loop that
+may run none made ptxas serialize the kernel's matrix products (C7515), so an empty far span runs
+one tile whose bias is -inf, which adds nothing (`_far_tiles`), and an empty band span takes a far
+tile (the band loop computes any tile right). Those extra tiles make the far loops a loss on short
+calls, which keep one loop (`far_loops_pay`: both axes longer than 2 (M + tile)). The cost: three
+pipelined loops hold more registers; in the forward, 198 instead of 128 at sm90's default tiles (2
+programs per SM instead of 4), which is why "backward" (the dK/dV and dQ kernels) is a choice of its
+own.
 
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
@@ -277,7 +297,7 @@ if triton is not None:
 
     @triton.jit
     def _table_grad_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, BAND_ONLY: tl.constexpr = False):
+                         M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, KIND: tl.constexpr = "any"):
         """Add the (BLOCK_M, BLOCK_N) tile ``ds`` (query rows, key columns; its (0, 0) element at
         distance ``base``, a multiple of BLOCK_N; BLOCK_M a multiple of BLOCK_N) to the program's
         per-distance sums (`_bwd_dq_kernel`): ``far_lo`` and ``far_hi`` per query row (distances
@@ -290,10 +310,18 @@ if triton is not None:
         masked column sums give every diagonal once. ALIGNED, diagonal class w of the tile is entry
         t = c + BLOCK_N (r - BLOCK_M / BLOCK_N) with r = (base + M) / BLOCK_N - w + BLOCK_M /
         BLOCK_N: one row of ``band``, selected without moving data (the far distances land in its
-        rows t <= 0 and t >= 2 M). Otherwise two 1-D gathers per class place it in ``tab``."""
-        if BAND_ONLY:  # the band kernel visits no far tile: the far branches are not compiled
+        rows t <= 0 and t >= 2 M). Otherwise two 1-D gathers per class place it in ``tab``.
+
+        KIND: "any" classifies the tile as above; a loop that knows its tiles' class says so
+        (`FAR_LOOPS`, the band kernel), and the other branches are not compiled: "lo" (every
+        distance <= -M), "hi" (>= M), "band" (crossing the band)."""
+        if KIND == "band":
             tab, band, far_lo, far_hi = _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M, BLOCK_N, M,
                                                    ROWS, ALIGNED)
+        elif KIND == "lo":
+            far_lo += tl.sum(ds, 1)
+        elif KIND == "hi":
+            far_hi += tl.sum(ds, 1)
         elif base + BLOCK_N - 1 <= -M:
             far_lo += tl.sum(ds, 1)
         elif base - (BLOCK_M - 1) >= M:
@@ -328,12 +356,88 @@ if triton is not None:
         return tab, band, far_lo, far_hi
 
     @triton.jit
+    def _fwd_tiles(lo, stop, last, far_bias, q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
+                   start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
+                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, FAR: tl.constexpr):
+        """The forward's online softmax over the key tiles lo, lo + BLOCK_N, ... < stop (no key from
+        ``hi`` on is loaded: a row of padding alone, whose band loop runs one tile, reads none). FAR: tiles
+        whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias``
+        (log2 units) and load no bias, at least one of them (`_far_tiles`); otherwise each tile
+        gathers its bias (`_tile_bias`)."""
+        if FAR:
+            lo, stop, far_bias = _far_tiles(lo, stop, last, far_bias, BLOCK_N)
+        for start_n in range(lo, stop, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            kv_ok = (offs_n[:, None] < hi) & d_ok  # keys from hi on: padding, or after every query (causal)
+            k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            s = _dot(q, tl.trans(k), PRECISION) * qk_scale
+            if FAR:
+                s += far_bias
+            else:
+                s += _tile_bias(pd_rows, offs_n)
+            if HAS_KPM:  # a tile of unpadded keys skips its mask, like an interior tile without padding
+                if _any_padded(count_ptr, start_n, start_n + BLOCK_N, S) | \
+                        _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                    padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
+                    s = tl.where(_tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):  # interior tiles: no mask
+                s = tl.where(_tile_valid(0, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
+            m_new = tl.maximum(m_i, tl.max(s, 1))
+            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+            p = tl.exp2(s - m_safe[:, None])
+            alpha = tl.exp2(m_i - m_safe)
+            l_i = l_i * alpha + tl.sum(p, 1)
+            if DROPOUT:
+                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
+                p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+            v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION)
+            m_i = m_new
+        return m_i, l_i, acc
+
+    @triton.jit
+    def _far_spans(start, lo, hi, M: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr,
+                   ONE_BAND: tl.constexpr = False):
+        """The three spans of a program's loop (`FAR_LOOPS`). The program holds ROWS rows from
+        ``start`` (queries in the forward and dQ kernels, keys in dK/dV's) and walks the other axis
+        STEP at a time over the tiles lo, lo + STEP, ... < hi (lo a multiple of STEP, hi > lo).
+        Returns (band_lo, band_hi, right_lo): every distance |key - query| of the tiles before
+        band_lo and of those from right_lo on is >= M, on the side of the walked axis' start (before
+        band_lo) or end (from right_lo); the tiles from band_lo to before band_hi cross the band
+        (-M, M), a multiple of STEP (or hi), right_lo the first tile start at or past band_hi.
+        ONE_BAND: the band span holds at least one tile, taken from the far ones if none crosses
+        the band (the band loop computes any tile right; a loop that may run no iteration makes
+        ptxas serialize the kernel's matrix products, `_far_tiles`)."""
+        band_lo = (tl.maximum(start - M - STEP + 2, 0) + STEP - 1) // STEP * STEP
+        band_lo = tl.minimum(tl.maximum(band_lo, lo), hi)
+        band_hi = tl.minimum(tl.maximum(start + M + ROWS - 1, band_lo), hi)
+        if ONE_BAND:  # an empty band span takes the last tile before it (when it starts at hi), else the next
+            band_lo = tl.minimum(band_lo, (hi - 1) // STEP * STEP)
+            band_hi = tl.maximum(band_hi, band_lo + 1)
+        right_lo = band_lo + (band_hi - band_lo + STEP - 1) // STEP * STEP
+        return band_lo, band_hi, right_lo
+
+    @triton.jit
+    def _far_tiles(lo, stop, last, far_bias, STEP: tl.constexpr):
+        """The span of a far loop (`FAR_LOOPS`) as run: (first, end, bias), end >= first + STEP in a form
+        the compiler sees (the band loop's end is written so too). At least one iteration: a
+        loop that may run none leaves, on that path, its accumulators' initial values copied into
+        the registers of the matrix product in flight past the loop's end, and ptxas then
+        serializes every product of the kernel (C7515; `benchmarks/compile_triton_rpe.py`, ``ser``).
+        An empty span runs the tile at lo (or at ``last``, the last tile start of the walked axis,
+        if lo is past it) with the bias -inf: its probabilities are all 0, so it adds nothing."""
+        live = stop > lo
+        first = tl.where(live, lo, tl.minimum(lo, last))
+        return first, tl.maximum(stop, first + STEP), tl.where(live, far_bias, float("-inf"))
+
+    @triton.jit
     def _fwd_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, O, LSE,
                     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t,
                     H, T, S, D, pd_len, pd_off, scale, dropout_p,
                     M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    PRECISION: tl.constexpr):
+                    PRECISION: tl.constexpr, FAR_LOOPS: tl.constexpr = False):
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -363,36 +467,95 @@ if triton is not None:
             hi = tl.load(KV_END + b)  # past the last unpadded key, every key is padding: no tile there
         if CAUSAL:
             hi = tl.minimum(hi, start_m + BLOCK_M)
-        for start_n in range(0, hi, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            kv_ok = (offs_n[:, None] < S) & d_ok
-            k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION) * qk_scale
-            s += _tile_bias(pd_rows, offs_n)
-            if HAS_KPM:  # a tile of unpadded keys skips its mask, like an interior tile without padding
-                if _any_padded(count_ptr, start_n, start_n + BLOCK_N, S) | \
-                        _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
-                    padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
-                    s = tl.where(_tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
-            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):  # interior tiles: no mask
-                s = tl.where(_tile_valid(0, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), s, float("-inf"))
-            m_new = tl.maximum(m_i, tl.max(s, 1))
-            m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-            p = tl.exp2(s - m_safe[:, None])
-            alpha = tl.exp2(m_i - m_safe)
-            l_i = l_i * alpha + tl.sum(p, 1)
-            if DROPOUT:
-                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
-                p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-            v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
-            acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION)
-            m_i = m_new
+        if FAR_LOOPS:  # three loops: the far tiles of each side add one scalar and load no bias
+            end = tl.maximum(hi, 1)  # a row of padding alone runs one band tile, whose keys it does not load
+            band_lo, band_hi, right_lo = _far_spans(start_m, 0, end, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
+            band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_tiles`)
+            last = (end - 1) // BLOCK_N * BLOCK_N
+            far = PD + h * pd_len + pd_off
+            m_i, l_i, acc = _fwd_tiles(0, band_lo, last, tl.load(far - M), q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr,
+                                       count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
+                                       sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True)
+            m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, last, 0.0, q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr, count_ptr,
+                                       seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h,
+                                       sv_t, T, S, qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=False)
+            m_i, l_i, acc = _fwd_tiles(right_lo, end, last, tl.load(far + M), q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr,
+                                       count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
+                                       sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True)
+        else:
+            m_i, l_i, acc = _fwd_tiles(0, hi, 0, 0.0, q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b,
+                                       h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S,
+                                       qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=False)
         has_key = l_i > 0.0
         out = acc / tl.where(has_key, l_i, 1.0)[:, None]
         tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], out.to(O.dtype.element_ty),
                  mask=(offs_m[:, None] < T) & d_ok)
         lse = tl.where(has_key, m_i + tl.log2(tl.where(has_key, l_i, 1.0)), float("inf"))  # log2 units
         tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
+
+    @triton.jit
+    def _dkdv_tiles(lo, stop, last, far_bias, k, v, dk, dv, far_lo, far_hi, Q, DO, LSE, DELTA, pd_keys, key_ok,
+                    block_padded, seed, bh, b, h, start_n, offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t,
+                    sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M: tl.constexpr, HAS_KPM: tl.constexpr,
+                    CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
+                    PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr, FAR_SUMS: tl.constexpr, BAND_Q: tl.constexpr,
+                    BAND_K: tl.constexpr, FAR: tl.constexpr):
+        """`_bwd_dkdv_kernel`'s loop over the query tiles lo, lo + BLOCK_M, ... < stop. FAR: tiles
+        whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias`` and
+        load no bias, at least one of them (`_far_tiles`)."""
+        if FAR:
+            lo, stop, far_bias = _far_tiles(lo, stop, last, far_bias, BLOCK_M)
+        for start_m in range(lo, stop, BLOCK_M):
+            offs_m = start_m + tl.arange(0, BLOCK_M)
+            q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
+                          mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_M)
+            do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :],
+                         mask=(offs_m[:, None] < T) & d_ok, other=0.0)
+            lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
+            delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+            s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
+            if FAR:
+                s_t += far_bias
+            else:
+                s_t += tl.load(pd_keys[:, None] - offs_m[None, :])  # `_tile_bias`, transposed
+            p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
+            if HAS_KPM:
+                if block_padded | _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                    valid = key_ok[:, None] & (offs_m[None, :] < T)
+                    if CAUSAL:
+                        valid = valid & (offs_n[:, None] <= offs_m[None, :])
+                    p_t = tl.where(valid, p_t, 0.0)
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                valid = key_ok[:, None] & (offs_m[None, :] < T)
+                if CAUSAL:
+                    valid = valid & (offs_n[:, None] <= offs_m[None, :])
+                p_t = tl.where(valid, p_t, 0.0)
+            dp_t = _dot(v, tl.trans(do), PRECISION)
+            if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
+                keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N))
+                p_kept = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
+                dv += _dot(p_kept.to(do.dtype), do, PRECISION)
+                ds_t = p_kept * dp_t - p_t * delta[None, :]
+            else:
+                dv += _dot(p_t.to(do.dtype), do, PRECISION)
+                ds_t = p_t * (dp_t - delta[None, :])
+            ds_low = ds_t.to(q_t.dtype)
+            dk += _dot(ds_low, tl.trans(q_t), PRECISION)
+            if FUSE_DQ:  # dQ += dS K (scaled by PyTorch afterwards): the transposed tile goes through shared
+                # memory, as in FlashAttention-2. DQACC is padded to whole tiles (rows to a multiple of
+                # BLOCK_M, columns to BLOCK_D): no mask, so no branch around each vector reduction
+                dq_part = _dot(tl.trans(ds_low), k, PRECISION)
+                tl.atomic_add(dq_head + offs_m[:, None] * sa_t + offs_d[None, :], dq_part, sem="relaxed")
+            if FAR_SUMS:  # the band kernel's tile of each key row: far when all its distances clamp
+                base = band_k - start_m // BAND_Q * BAND_Q
+                rows = tl.sum(ds_t, 1)
+                far_lo += tl.where(base + BAND_K - 1 <= -M, rows, 0.0)
+                far_hi += tl.where(base - (BAND_Q - 1) >= M, rows, 0.0)
+        return dk, dv, far_lo, far_hi
 
     @triton.jit
     def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DK, DV, DQACC, FAR,
@@ -402,7 +565,7 @@ if triton is not None:
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                          PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr = False, FAR_SUMS: tl.constexpr = False,
-                         BAND_Q: tl.constexpr = 16, BAND_K: tl.constexpr = 16):
+                         BAND_Q: tl.constexpr = 16, BAND_K: tl.constexpr = 16, FAR_LOOPS: tl.constexpr = False):
         """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
@@ -453,49 +616,40 @@ if triton is not None:
         if HAS_KPM:  # a block of keys past the last unpadded one is all padding: dK = dV = 0
             live = start_n < tl.load(KV_END + b)
         if live:
-            for start_m in range(lo, T, BLOCK_M):
-                offs_m = start_m + tl.arange(0, BLOCK_M)
-                q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
-                              mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_M)
-                do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :],
-                             mask=(offs_m[:, None] < T) & d_ok, other=0.0)
-                lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-                delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
-                s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
-                s_t += tl.load(pd_keys[:, None] - offs_m[None, :])  # `_tile_bias`, transposed
-                p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
-                if HAS_KPM:
-                    if block_padded | _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
-                        valid = key_ok[:, None] & (offs_m[None, :] < T)
-                        if CAUSAL:
-                            valid = valid & (offs_n[:, None] <= offs_m[None, :])
-                        p_t = tl.where(valid, p_t, 0.0)
-                elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
-                    valid = key_ok[:, None] & (offs_m[None, :] < T)
-                    if CAUSAL:
-                        valid = valid & (offs_n[:, None] <= offs_m[None, :])
-                    p_t = tl.where(valid, p_t, 0.0)
-                dp_t = _dot(v, tl.trans(do), PRECISION)
-                if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
-                    keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N))
-                    p_kept = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
-                    dv += _dot(p_kept.to(do.dtype), do, PRECISION)
-                    ds_t = p_kept * dp_t - p_t * delta[None, :]
-                else:
-                    dv += _dot(p_t.to(do.dtype), do, PRECISION)
-                    ds_t = p_t * (dp_t - delta[None, :])
-                ds_low = ds_t.to(q_t.dtype)
-                dk += _dot(ds_low, tl.trans(q_t), PRECISION)
-                if FUSE_DQ:  # dQ += dS K (scaled by PyTorch afterwards): the transposed tile goes through shared
-                    # memory, as in FlashAttention-2. DQACC is padded to whole tiles (rows to a multiple of
-                    # BLOCK_M, columns to BLOCK_D): no mask, so no branch around each vector reduction
-                    dq_part = _dot(tl.trans(ds_low), k, PRECISION)
-                    tl.atomic_add(dq_head + offs_m[:, None] * sa_t + offs_d[None, :], dq_part, sem="relaxed")
-                if FAR_SUMS:  # the band kernel's tile of each key row: far when all its distances clamp
-                    base = band_k - start_m // BAND_Q * BAND_Q
-                    rows = tl.sum(ds_t, 1)
-                    far_lo += tl.where(base + BAND_K - 1 <= -M, rows, 0.0)
-                    far_hi += tl.where(base - (BAND_Q - 1) >= M, rows, 0.0)
+            if FAR_LOOPS:  # the early queries see every key at distance >= M, the late ones at <= -M
+                band_lo, band_hi, right_lo = _far_spans(start_n, lo, T, M, BLOCK_N, BLOCK_M, ONE_BAND=True)
+                band_hi = tl.maximum(band_hi, band_lo + BLOCK_M)  # (no more tiles: `_far_tiles`)
+                last = (T - 1) // BLOCK_M * BLOCK_M
+                far = PD + h * pd_len + pd_off
+                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, band_lo, last, tl.load(far + M), k, v, dk, dv, far_lo, far_hi,
+                                                     Q, DO, LSE, DELTA, pd_keys, key_ok, block_padded, seed, bh, b, h,
+                                                     start_n, offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t,
+                                                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M=M,
+                                                     HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
+                                                     BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
+                                                     FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True)
+                dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, last, 0.0, k, v, dk, dv, far_lo, far_hi, Q, DO,
+                                                     LSE, DELTA, pd_keys, key_ok, block_padded, seed, bh, b, h, start_n,
+                                                     offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t, sd_b,
+                                                     sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M=M,
+                                                     HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
+                                                     BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
+                                                     FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False)
+                dk, dv, far_lo, far_hi = _dkdv_tiles(right_lo, T, last, tl.load(far - M), k, v, dk, dv, far_lo, far_hi,
+                                                     Q, DO, LSE, DELTA, pd_keys, key_ok, block_padded, seed, bh, b, h,
+                                                     start_n, offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t,
+                                                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M=M,
+                                                     HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
+                                                     BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
+                                                     FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True)
+            else:
+                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, 0, 0.0, k, v, dk, dv, far_lo, far_hi, Q, DO, LSE, DELTA,
+                                                     pd_keys, key_ok, block_padded, seed, bh, b, h, start_n, offs_n,
+                                                     offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t, sd_b, sd_h, sd_t,
+                                                     sa_t, T, S, D, qk_scale, dropout_p, M=M, HAS_KPM=HAS_KPM,
+                                                     CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M,
+                                                     PRECISION=PRECISION, FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS,
+                                                     BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False)
         if FAR_SUMS:
             out = FAR + (bh * tl.num_programs(0) + pid_n) * 2
             tl.store(out, tl.sum(far_lo, 0))
@@ -506,6 +660,51 @@ if triton is not None:
         tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
     @triton.jit
+    def _dq_tiles(lo, stop, last, far_bias, q, do, lse, delta, dq, tab, band, far_lo, far_hi, t_idx, K, V, pd_rows,
+                  kpm_ptr, count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h,
+                  sv_t, T, S, qk_scale, dropout_p, M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
+                  HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DQ_PRODUCT: tl.constexpr,
+                  KIND: tl.constexpr):
+        """`_bwd_dq_kernel`'s loop over the key tiles lo, lo + BLOCK_N, ... < stop (keys from ``hi``
+        on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "lo" and
+        "hi" (every distance clamps to -M, to M: they add the scalar ``far_bias`` and load no bias;
+        `FAR_LOOPS`; at least one of them, `_far_tiles`), "band". DQ_PRODUCT: dq += dS K (not in
+        the band kernel)."""
+        if KIND == "lo" or KIND == "hi":
+            lo, stop, far_bias = _far_tiles(lo, stop, last, far_bias, BLOCK_N)
+        for start_n in range(lo, stop, BLOCK_N):
+            offs_n = start_n + tl.arange(0, BLOCK_N)
+            kv_ok = (offs_n[:, None] < hi) & d_ok
+            k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
+            s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units
+            if KIND == "lo" or KIND == "hi":
+                s += far_bias
+            else:
+                s += _tile_bias(pd_rows, offs_n)
+            p = tl.exp2(s - lse[:, None])  # 0 for queries past T (lse = +inf)
+            if HAS_KPM:
+                if _any_padded(count_ptr, start_n, start_n + BLOCK_N, S) | \
+                        _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                    padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
+                    p = tl.where(_tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
+                p = tl.where(_tile_valid(0, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
+            if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
+                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
+                p_kept = tl.where(keep, p / (1.0 - dropout_p), 0.0)
+                ds = p_kept * _dot(do, tl.trans(v), PRECISION) - p * delta[:, None]
+            else:
+                ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
+            if DQ_PRODUCT:
+                dq += _dot(ds.to(k.dtype), k, PRECISION)
+            if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
+                tab, band, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, band, far_lo, far_hi,
+                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED, KIND)
+        return dq, tab, band, far_lo, far_hi
+
+    @triton.jit
     def _bwd_dq_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DQ, DTAB,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                        sg_b, sg_h, sg_t,
@@ -513,7 +712,7 @@ if triton is not None:
                        M: tl.constexpr, TAB: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                       PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False):
+                       PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False):
         """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
@@ -561,37 +760,52 @@ if triton is not None:
         # kernel until 2026-11-26). The one iteration of a row of padding alone (hi = 0) loads zeros for its
         # keys (the mask below: keys from hi on are padding or, causal, after every query of the block) and
         # adds nothing: its probabilities are masked to 0.
-        first_n = 0
         end_n = tl.maximum(hi, 1)
         if BAND_ONLY:  # the tiles with start_n - start_m + BLOCK_N - 1 > -M and start_n - start_m - BLOCK_M + 1 < M
-            first_n = (tl.maximum(start_m - M - BLOCK_N + 2, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
-            end_n = tl.minimum(hi, start_m + M + BLOCK_M - 1)
-        for start_n in range(first_n, end_n, BLOCK_N):
-            offs_n = start_n + tl.arange(0, BLOCK_N)
-            kv_ok = (offs_n[:, None] < hi) & d_ok
-            k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
-            v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
-            s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units
-            s += _tile_bias(pd_rows, offs_n)
-            p = tl.exp2(s - lse[:, None])  # 0 for queries past T (lse = +inf)
-            if HAS_KPM:
-                if _any_padded(count_ptr, start_n, start_n + BLOCK_N, S) | \
-                        _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
-                    padded = tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1)
-                    p = tl.where(_tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
-            elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
-                p = tl.where(_tile_valid(0, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
-            if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
-                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
-                p_kept = tl.where(keep, p / (1.0 - dropout_p), 0.0)
-                ds = p_kept * _dot(do, tl.trans(v), PRECISION) - p * delta[:, None]
-            else:
-                ds = p * (_dot(do, tl.trans(v), PRECISION) - delta[:, None])
-            if not BAND_ONLY:
-                dq += _dot(ds.to(k.dtype), k, PRECISION)
-            if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
-                tab, band, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, band, far_lo, far_hi,
-                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED, BAND_ONLY)
+            band_lo = (tl.maximum(start_m - M - BLOCK_N + 2, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
+            band_hi = tl.minimum(hi, start_m + M + BLOCK_M - 1)
+            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, 0, 0.0, q, do, lse, delta, dq, tab, band,
+                                                      far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr, seed,
+                                                      bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
+                                                      sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS,
+                                                      ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="band")
+        elif FAR_LOOPS:  # the key tiles far before the queries, across the band, far after them
+            band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
+            band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_tiles`)
+            last = (end_n - 1) // BLOCK_N * BLOCK_N
+            far = PD + h * pd_len + pd_off
+            dq, tab, band, far_lo, far_hi = _dq_tiles(0, band_lo, last, tl.load(far - M), q, do, lse, delta, dq, tab,
+                                                      band, far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr,
+                                                      seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h,
+                                                      sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS,
+                                                      ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="lo")
+            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, last, 0.0, q, do, lse, delta, dq, tab, band,
+                                                      far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr, seed,
+                                                      bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
+                                                      sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS,
+                                                      ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="band")
+            dq, tab, band, far_lo, far_hi = _dq_tiles(right_lo, end_n, last, tl.load(far + M), q, do, lse, delta, dq,
+                                                      tab, band, far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr,
+                                                      count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi,
+                                                      sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
+                                                      M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+                                                      DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
+                                                      BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
+                                                      KIND="hi")
+        else:
+            dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, 0, 0.0, q, do, lse, delta, dq, tab, band, far_lo,
+                                                      far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
+                                                      start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h,
+                                                      sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS, ALIGNED=ALIGNED,
+                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="any")
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
@@ -691,6 +905,30 @@ def _capability(device: torch.device) -> int:
 # Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-fused row times it beside triton.
 BACKWARDS = ("split", "fused")
 BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
+# FAR_LOOPS (FAR_LOOPS_CHOICES): which kernels walk their other axis in three loops instead of one: the
+# tiles whose distances all clamp to -M, those crossing the band (-M, M), and those that all clamp to M. The
+# outer loops add the clamped bias as a scalar, so they neither gather a bias tile nor stage it through
+# shared memory (at 64 x 64 tiles and M = 128, 5 of a row's 16 key tiles cross the band at T = 1024, 5 of
+# 32 at 2048), and the dQ kernel's table gradient takes no branch per tile there. Each loop runs at least
+# one tile (`_far_tiles`), so calls shorter than 2 (M + tile) keep one loop (`far_loops_pay`).
+# - "none" (the default): one loop everywhere;
+# - "backward": the dK/dV and dQ kernels (sm90 D 64, Triton 3.6, `compile_triton_rpe.py --far-loops`: dQ
+#   26.3 -> 13.6 instructions per element on far tiles, 26.1 on band tiles, both kernels keeping 2
+#   programs per SM; dK/dV 17.0 -> 15.2 far, 19.2 band);
+# - "all": the forward too (13.9 far, 16.3 band, but 198 registers instead of 128: 2 programs per SM
+#   instead of 4; padded, 17.8 far and 20.3 band against 17.3).
+# Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-far and triton-far-all rows.
+FAR_LOOPS_CHOICES = ("none", "backward", "all")
+FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none")
+
+
+def far_loops_pay(T: int, S: int, M: int, blocks: tuple) -> bool:
+    """Whether `FAR_LOOPS` walks a call's tiles in three loops: when both axes are longer than
+    2 (M + the largest tile), so that most programs have far tiles on both sides. Each far loop
+    runs at least one tile (`_far_tiles`): on shorter calls the empty spans' tiles would cost more
+    than the far ones save (no far tile at all at T5's decoder lengths, T <= M)."""
+    reach = 2 * (M + max(blocks[:3]))
+    return T > reach and S > reach
 _FALLBACKS_LOGGED = set()
 
 
@@ -814,17 +1052,19 @@ def _as_kernel_input(x: torch.Tensor) -> torch.Tensor:
 def _bias_rows(per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
     """The bias the kernels read (`_tile_bias`): per head, one fp32 row in log2 units holding every
     distance d = key - query of the call, unclamped: entry OFF + d = log2(e) per_distance[h,
-    clamp(d, -M, M) + M] for -(T - 1) - pad <= d < S + pad, OFF = T - 1 + pad. ``pad`` (the
+    clamp(d, -M, M) + M] for -OFF <= d < max(S + pad, M + 1), OFF = max(T - 1 + pad, M). ``pad`` (the
     largest block) covers the overhang of partial tiles, whose loads are not masked. The kernels
     then gather without a clamp: each element's address is one wide multiply-add from its row's
     pointer, where a clamped index into the 2 M + 1 distances took a subtraction, two min/max
     and two address instructions (about 4.5 SASS instructions per element fewer in each kernel:
-    BENCHMARKS.md). (H, T + S - 1 + 2 pad) floats, about 0.2 MB at H12 T=S=2048, built per call
-    from the (H, 2 M + 1) table."""
+    BENCHMARKS.md). Entries OFF - M and OFF + M always exist: the clamped ends, which the far
+    tiles of `FAR_LOOPS` add as scalars. (H, T + S - 1 + 2 pad) floats (more if T or S is under
+    M), about 0.2 MB at H12 T=S=2048, built per call from the (H, 2 M + 1) table."""
     M = (per_distance.size(1) - 1) // 2
-    distance = torch.arange(-(T - 1 + pad), S + pad, device=per_distance.device)
+    before, after = max(T - 1 + pad, M), max(S + pad, M + 1)  # -M and M included: `FAR_LOOPS` reads them
+    distance = torch.arange(-before, after, device=per_distance.device)
     rows = per_distance.detach().to(torch.float32) * LOG2E
-    return rows[:, distance.clamp(-M, M) + M].contiguous(), T - 1 + pad
+    return rows[:, distance.clamp(-M, M) + M].contiguous(), before
 
 
 def _padding_counts(key_padding: torch.Tensor) -> tuple:
@@ -864,6 +1104,7 @@ class _TritonRPEAttention(torch.autograd.Function):
             kv_end = pad_count = torch.zeros(1, dtype=torch.int32, device=q.device)
         seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
         block_m, block_n, _, warps, stages, _, _, _ = blocks
+        far_loops = FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
@@ -874,8 +1115,9 @@ class _TritonRPEAttention(torch.autograd.Function):
             H, T, S, D, pd.size(1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=key_padding is not None, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
-            num_warps=warps, num_stages=stages)
+            FAR_LOOPS=far_loops and FAR_LOOPS == "all", num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse)
+        ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to
         ctx.meta = (key_padding is not None, bool(causal), float(dropout_p), float(scale), blocks,
                     per_distance.dtype, M, pd_off)
         return o
@@ -915,8 +1157,8 @@ class _TritonRPEAttention(torch.autograd.Function):
             dq_acc = far = unused
         precision = _precision(q.dtype)
         common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
-                      BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, num_warps=warps,
-                      num_stages=stages)
+                      BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, FAR_LOOPS=ctx.far_loops,
+                      num_warps=warps, num_stages=stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         acc_strides = dq_acc.stride()[:3] if fused else (0, 0, 0)
@@ -973,6 +1215,9 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if FAR_LOOPS not in FAR_LOOPS_CHOICES:
+        raise ValueError(f"triton_rpe_attention.FAR_LOOPS (AST_T5_TRITON_FAR_LOOPS) must be one of "
+                         f"{FAR_LOOPS_CHOICES}, got {FAR_LOOPS!r}")
     if BACKWARD not in BACKWARDS:
         raise ValueError(f"triton_rpe_attention.BACKWARD (AST_T5_TRITON_BACKWARD) must be one of {BACKWARDS}, "
                          f"got {BACKWARD!r}")

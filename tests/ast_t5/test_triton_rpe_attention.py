@@ -82,6 +82,18 @@ def backward(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["none", "all"], ids=["one-loop", "far-loops"])
+def far_loops(request, monkeypatch):
+    """Each loop structure of the kernels (`triton_rpe_attention.FAR_LOOPS`): one loop over every tile, or
+    three in every kernel (far tiles before the band, the band, far tiles after it), forced on every call
+    here (`far_loops_pay` keeps them to long calls), so that the tests' short rows reach every case: empty
+    far spans, band spans taken from far tiles, rows of padding alone."""
+    assert request.param in tra.FAR_LOOPS_CHOICES
+    monkeypatch.setattr(tra, "FAR_LOOPS", request.param)
+    monkeypatch.setattr(tra, "far_loops_pay", lambda *shape: True)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def _interpreter_env(monkeypatch):
     """Triton reads TRITON_INTERPRET while an interpreted kernel runs, too."""
@@ -216,7 +228,7 @@ CASES = [  # (T, S, D, M, causal, padding, blocks)
 
 @cpu_only
 @pytest.mark.parametrize("case", CASES)
-def test_forward_and_every_gradient_match_the_fp64_reference(case, backward):
+def test_forward_and_every_gradient_match_the_fp64_reference(case, backward, far_loops):
     T, S, D, M, causal, pad, blocks = case
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=pad)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
@@ -228,6 +240,73 @@ def test_forward_and_every_gradient_match_the_fp64_reference(case, backward):
     assert max(errors) < 2e-5, errors  # out, dq, dk, dv, d table
     if M < T - 1:  # both clamped ends of the table were reached and have a gradient
         assert ref[4][:, 0].abs().min() > 0 and got[4][:, 0].abs().min() > 0
+
+
+def _spans_probe(ARGS, OUT, M: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr, ONE_BAND: tl.constexpr):
+    """`_far_spans` of the (start, lo, hi) triple ARGS[3 i:3 i + 3], stored at OUT[3 i:3 i + 3]."""
+    i = tl.program_id(0)
+    start, lo, hi = tl.load(ARGS + 3 * i), tl.load(ARGS + 3 * i + 1), tl.load(ARGS + 3 * i + 2)
+    band_lo, band_hi, right_lo = tra._far_spans(start, lo, hi, M, ROWS, STEP, ONE_BAND)
+    tl.store(OUT + 3 * i, band_lo)
+    tl.store(OUT + 3 * i + 1, band_hi)
+    tl.store(OUT + 3 * i + 2, right_lo)
+
+
+@cpu_only
+@pytest.mark.parametrize("one_band", [False, True])
+def test_far_spans_split_the_tiles_into_far_band_far(one_band):
+    """`_far_spans` over every program start and span of a row of 96 (tiles of 16 and 32): each tile of
+    lo, lo + STEP, ... < hi falls in exactly one span; those before band_lo have every distance on the
+    walked axis' start side at |d| >= M, those from right_lo on on its end side, and every tile crossing
+    the band (-M, M) is in the band span (which, ONE_BAND, is never empty)."""
+    probe = triton.jit(_spans_probe)  # decorated here, where TRITON_INTERPRET is set (Triton decides then)
+    M = 20
+    for rows, step in ((16, 16), (32, 16), (32, 32)):
+        cases = [(start, lo, hi) for start in range(0, 96, rows) for lo in range(0, 96, step)
+                 for hi in range(lo + 1, 97, 7)]
+        args = torch.tensor(cases, dtype=torch.int32)
+        out = torch.zeros_like(args)
+        probe[(len(cases),)](args, out, M=M, ROWS=rows, STEP=step, ONE_BAND=one_band)
+        for (start, lo, hi), (band_lo, band_hi, right_lo) in zip(cases, out.tolist()):
+            tiles = range(lo, hi, step)
+            before = [t for t in tiles if t < band_lo]
+            band = [t for t in tiles if band_lo <= t < band_hi]
+            after = [t for t in tiles if t >= right_lo]
+            assert sorted(before + band + after) == list(tiles), (start, lo, hi)
+            # distance = walked index - row index: start side far means t + step - 1 - start <= -M
+            assert all(t + step - 1 - start <= -M for t in before), (start, lo, hi, band_lo)
+            assert all(t - (start + rows - 1) >= M for t in after), (start, lo, hi, right_lo)
+            crossing = [t for t in tiles if t + step - 1 - start > -M and t - (start + rows - 1) < M]
+            assert set(crossing) <= set(band), (start, lo, hi, band_lo, band_hi)
+            assert band or not one_band, (start, lo, hi)
+
+
+@cpu_only
+def test_far_loops_run_on_long_calls_only_and_equal_one_loop(monkeypatch):
+    """`FAR_LOOPS` = "backward" reaches the dK/dV and dQ kernels, "all" the forward too, on a call longer
+    than 2 (M + the largest tile) on both axes (`far_loops_pay`), and no kernel of a shorter one; the
+    results equal the one loop's. An unknown value is refused in one line."""
+    M, blocks = 4, SMALL
+    launched = {kernel: spy_launches(monkeypatch, kernel, "FAR_LOOPS")
+                for kernel in ("_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel")}
+    for length, pays in ((40, False), (41, True)):
+        q, k, v, table, kpm = make(1, 2, length, length, 16, M, pad=True)
+        grad = torch.randn(1, 2, length, 16, generator=torch.Generator().manual_seed(1))
+        results = []
+        for mode in tra.FAR_LOOPS_CHOICES:
+            monkeypatch.setattr(tra, "FAR_LOOPS", mode)
+            for spied in launched.values():
+                spied.clear()
+            results.append(fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm, blocks=blocks),
+                                   [q, k, v, table], grad))
+            expected = {"_fwd_kernel": [pays and mode == "all"], "_bwd_dkdv_kernel": [pays and mode != "none"],
+                        "_bwd_dq_kernel": [pays and mode != "none"]}
+            assert launched == expected, (length, mode, launched)
+        for result in results[1:]:
+            assert max(max_errors(result, results[0])) < 1e-6
+    monkeypatch.setattr(tra, "FAR_LOOPS", "yes")
+    with pytest.raises(ValueError, match="FAR_LOOPS"):
+        tra.triton_rpe_attention(q, k, v, table)
 
 
 @cpu_only
@@ -277,12 +356,18 @@ def test_the_fused_backward_runs_where_it_was_built_and_says_why_not_elsewhere(m
         assert "not sm80 at head size 64" in bench.available("triton-fused", cuda, 64)
         assert "not sm80" in bench.available("triton-fused:64x64x64x4x2", cuda, 64)
         assert bench.available("triton", cuda, 64) is None
+        # FAR_LOOPS rows: n/a where the kernels keep one loop (T <= 2 (M + tile)), run elsewhere
+        assert "keep one loop" in bench.available("triton-far", cuda, 64, 512)  # sm80's 128-row tiles: 512
+        assert bench.available("triton-far", cuda, 64, 1024) is None
+        capability["cc"] = 90  # 64 x 64 tiles: 2 (128 + 64) = 384 < 512
+        assert bench.available("triton-far-all", cuda, 64, 512) is None
+        assert "keep one loop" in bench.available("triton-far:128x64x128x8", cuda, 64, 512)
 
 
 @cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rect"])
 @pytest.mark.parametrize("causal", [False, True])
-def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal, backward):
+def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal, backward, far_loops):
     """`_padding_counts`: with right padding, no kernel visits a key tile that starts past a row's last
     unpadded key. NaN in those keys' K and V proves it (a visited tile multiplies its zero
     probabilities with them: NaN). A row of padding alone gets zeros. The rest equals the fp64
@@ -325,7 +410,7 @@ def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal, bac
 
 @cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rectangular-backward"])
-def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks, backward):
+def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks, backward, far_loops):
     T, S, D, M, p = 37, 41, 32, 8, 0.25
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=True)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
@@ -541,16 +626,23 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
 
     bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
-    assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen",
+    # the far rows run their three loops at this short length only with the length rule lifted
+    assert "keep one loop" in bench.available("triton-far", torch.device("cpu"), 16, 24)
+    monkeypatch.setattr(tra, "far_loops_pay", lambda *shape: True)
+    far_launches = spy_launches(monkeypatch, "_bwd_dq_kernel", "FAR_LOOPS")
+    assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen", "triton-far",
                        "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "fused:16,16,32,4,3,2,16,2",
+                       "fused+far-all:16,16,16,4,3,2",
                        "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
                        "--split", "--kernel-times", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
-    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton:16x16x16x4x3x2",
-                                          "triton:16x16x32x4x3x2x16x2", "triton-fused:16x16x32x4x3x2x16x2")
+    assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton-far",
+                                          "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2",
+                                          "triton-fused:16x16x32x4x3x2x16x2", "triton-fused-far-all:16x16x16x4x3x2")
                          for p in (0.0, 0.1)}
+    assert True in far_launches and False in far_launches  # the far rows' dQ kernels walked three loops
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
         assert (backend == "sdpa") == ("kernels" not in row), row  # --kernel-times: the triton rows
@@ -631,6 +723,30 @@ def test_the_fused_backward_compiles_for_hopper_on_overlapped_wgmma_with_pipelin
     assert min(int(line["occ"]) for line in lines) >= 2, proc.stdout
 
 
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_the_far_loops_compile_for_hopper_without_serialized_products():
+    """`FAR_LOOPS` = "all" at sm90's default tiles, with key padding, with and without dropout: each
+    kernel's three loops run wgmma that ptxas does not serialize (a loop that may run no iteration made
+    it serialize them: `_far_tiles`), pipeline their loads, and do each tile's element-wise work once per
+    loop copy; 2 programs per SM at least; each far loop smaller than the band loop (no bias gather)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
+    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants", "padded",
+                           "padded-dropout", "--far-loops", "all"], env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    header = next(line.split() for line in proc.stdout.splitlines() if line.startswith("arch"))
+    lines = [dict(zip(header, line.split())) for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    assert sorted((line["variant"], line["kernel"]) for line in lines) == [
+        (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("dkdv", "dq", "fwd")]
+    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, proc.stdout
+    assert {line["ex2"] for line in lines} == {"ftz"} and {line["ser"] for line in lines} == {"no"}, proc.stdout
+    assert {line["dup"] for line in lines if line["kernel"] != "fwd"} == {"1.0"}, proc.stdout
+    assert min(int(line["occ"]) for line in lines) >= 2, proc.stdout
+    assert all(float(line["far"]) < float(line["i/el"]) for line in lines), proc.stdout
+
+
 def test_wgmma_serialized_reads_ptxas_performance_warning():
     """The compile check's ``ser`` column: ptxas's C7515 note, which it prints when it makes every
     wgmma of a kernel wait for the previous one."""
@@ -663,20 +779,23 @@ def test_every_tile_candidate_of_the_gpu_check_fits_hopper_shared_memory():
     """scripts/gpu_check.sh's triton_tiles step times these tiles on the H100: one needing more
     shared memory than a block may have there fails at launch instead of giving a figure."""
     gpu_check = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_check.sh")
-    found = re.search(r"^TRITON_TILES=\$\{GPU_CHECK_TRITON_TILES:-([0-9a-z:, ]+)\}$", open(gpu_check).read(), re.M)
+    found = re.search(r"^TRITON_TILES=\$\{GPU_CHECK_TRITON_TILES:-([0-9a-z:,+ -]+)\}$", open(gpu_check).read(), re.M)
     assert found, "gpu_check.sh: no TRITON_TILES default"
     candidates = found.group(1).split()
-    assert len(candidates) >= 3 and all(re.fullmatch(r"(fused:)?[0-9,]+", c) for c in candidates), candidates
+    prefix = r"((fused|far|far-all)(\+(fused|far|far-all))*:)?"
+    assert len(candidates) >= 3 and all(re.fullmatch(prefix + r"[0-9,]+", c) for c in candidates), candidates
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
-    for structure in ("split", "fused"):  # "fused:" candidates run the fused backward's kernels
-        tiles = [c.split(":")[-1] for c in candidates if c.startswith("fused:") == (structure == "fused")]
-        if not tiles:
-            continue
+    groups = {}  # (backward, far loops) -> tiles: the kernels each prefix runs (bench_attention's --triton-blocks)
+    for candidate in candidates:
+        flags = set(candidate.split(":")[0].split("+")) if ":" in candidate else set()
+        far = "all" if "far-all" in flags else "backward" if "far" in flags else "none"
+        groups.setdefault(("fused" if "fused" in flags else "split", far), []).append(candidate.split(":")[-1])
+    for (structure, far), tiles in groups.items():
         proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants",
-                               "padded-dropout", "--backward", structure, "--blocks", *tiles], env=env,
-                              capture_output=True, text=True, timeout=600)
+                               "padded-dropout", "--backward", structure, "--far-loops", far, "--blocks", *tiles],
+                              env=env, capture_output=True, text=True, timeout=600)
         assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
         assert sum(line.strip().startswith("90") for line in proc.stdout.splitlines()) == 3 * len(tiles)
         assert "0 kernel(s) needing more shared memory than their GPU has" in proc.stdout, proc.stdout
@@ -747,6 +866,7 @@ def test_loop_instructions_counts_the_largest_loop_body_of_a_sass_listing():
     assert count(sass) == 7  # 0x20 .. 0x80; the 2-instruction loop at 0x90 is smaller
     assert count(sass.replace("@P1 BRA 0x20", "@P1 BRA 0xb0")) == 2  # a forward branch is no loop
     assert count("") == 0
+    assert load_benchmark("compile_triton_rpe").loop_sizes(sass) == [7, 2]  # every loop, largest first
 
 
 # --------------------------------------------------------------------------------------- GPU
@@ -762,7 +882,7 @@ def test_gpu_runs_the_compiled_kernels_not_the_interpreter():
 @requires_cuda
 @pytest.mark.parametrize("length,causal,pad", [(512, False, True), (1024, False, False), (1000, True, True),
                                                (576, False, True)])  # 576 % 128 == 64: cuDNN's bad case
-def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, pad, backward):
+def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, pad, backward, far_loops):
     M = 128
     q, k, v, table, kpm = make(2, 4, length, length, 64, M, dtype=torch.bfloat16, pad=pad, device="cuda")
     grad = torch.randn(q.shape, device="cuda").bfloat16()
@@ -793,13 +913,16 @@ def _compiled_kernels(fn) -> list:
 @requires_cuda
 @pytest.mark.skipif(CUDA and torch.cuda.get_device_capability()[0] != 9,
                     reason="ptxas serializes wgmma, Hopper's instruction: an sm90 check")
-def test_gpu_the_kernels_that_ran_keep_their_matrix_products_overlapped():
+def test_gpu_the_kernels_that_ran_keep_their_matrix_products_overlapped(monkeypatch):
     """ptxas's C7515 note on the kernels the JIT compiled here (every dQ kernel had its products
     serialized until 2026-11-26; `compile_triton_rpe.wgmma_serialized`), for the default tiles
-    with and without padding and dropout. Fails if no kernel of the three was found to check."""
+    with and without padding and dropout, in one loop and in three (`FAR_LOOPS`). Fails if no
+    kernel of the three was found to check."""
     ptxas_log = load_benchmark("compile_triton_rpe")._ptxas_log
     serialized = load_benchmark("compile_triton_rpe").wgmma_serialized
-    for pad, p in ((False, 0.0), (True, 0.0), (True, 0.1)):
+    conditions = [(far, pad, p) for far in ("none", "all") for pad, p in ((False, 0.0), (True, 0.0), (True, 0.1))]
+    for far, pad, p in conditions:  # T = 1000 > 2 (128 + 64): the far loops run at the default tiles
+        monkeypatch.setattr(tra, "FAR_LOOPS", far)
         q, k, v, table, kpm = make(2, 4, 1000, 1000, 64, 128, dtype=torch.bfloat16, pad=pad, device="cuda")
         out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, dropout_p=p)
         torch.autograd.grad(out, [q, k, v, table], torch.randn_like(out))
@@ -812,7 +935,7 @@ def test_gpu_the_kernels_that_ran_keep_their_matrix_products_overlapped():
 
 
 @requires_cuda
-def test_gpu_dropout_matches_the_reference_with_the_kernel_mask(backward):
+def test_gpu_dropout_matches_the_reference_with_the_kernel_mask(backward, far_loops):
     T, p = 300, 0.1
     q, k, v, table, kpm = make(2, 4, T, T, 64, 128, pad=True, device="cuda")
     grad = torch.randn(q.shape, device="cuda")

@@ -18,6 +18,7 @@ FIGURES = {
     "attention": {"device_name": "NVIDIA H100 80GB HBM3", "rows": [
         row("triton", 0.0, False, 2.0, kernels={"_bwd_dq_kernel": 0.9, "_fwd_kernel": 0.5}),
         row("triton-fused", 0.0, False, 1.6), row("triton-frozen", 0.0, False, 1.5),
+        row("triton-far", 0.0, False, 1.25), row("triton-far-all", 0.0, False, 1.6),
         row("sdpa-prebuilt", 0.0, False, 2.6), row("flash-nobias", 0.0, False, 0.7),
         row("triton", 0.1, False, 2.5), row("triton-fused", 0.1, False, 2.0), row("sdpa-prebuilt", 0.1, False, 3.0),
         row("triton", 0.0, True, 1.9), row("triton-fused", 0.0, True, None)]},
@@ -28,7 +29,8 @@ FIGURES = {
         "errors": {"triton p0.1": "skipped: 10 s of --timeout 115 s left"}},
     "attention_tiles": {"rows": [
         row("triton", 0.0, True, 2.3, fwd_ms=0.8), row("triton:128x32x128x8x3x8x64", 0.0, True, 2.2, fwd_ms=0.6),
-        row("triton-fused:64x64x64x4x2", 0.0, True, 1.9, fwd_ms=0.8), row("sdpa", 0.0, True, 2.7, fwd_ms=1.0)]},
+        row("triton-fused:64x64x64x4x2", 0.0, True, 1.9, fwd_ms=0.8), row("sdpa", 0.0, True, 2.7, fwd_ms=1.0),
+        row("triton-far-all:64x64x64x4x2", 0.0, True, 2.1, fwd_ms=0.9)]},
     "model": {"by_dropout": {"dropout 0": {
         "rows": {"ours[auto]": {"ms": 81.0}, "ours[triton]": {"ms": 80.0}, "ours[triton-fused]": {"ms": 75.0},
                  "ours[flex]": {"error": "OutOfResources: shared memory"}},
@@ -53,10 +55,10 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     out = proc.stdout
     assert "NVIDIA H100 80GB HBM3, torch 2.11.0+cu130" in out
     assert "attention_tests skipped (0 s)" in out
-    # split against fused, the table gradient's share, the targets at 1024 only
-    assert ("dropout 0 padded no : triton 2.000, fused 1.600 (1.25x split), frozen 1.500 (table gradient 25%)"
-            in out)
-    assert "target <= 1.0 ms: not met (1.600)" in out
+    # split against fused and the far loops, the table gradient's share, the targets at 1024 only
+    assert ("dropout 0 padded no : triton 2.000, fused 1.600 (1.25x), far 1.250 (1.60x), far-all 1.600 (1.25x), "
+            "frozen 1.500 (table gradient 25%)" in out)
+    assert "target <= 1.0 ms: not met (1.250)" in out
     assert "x pre 1.50 (target >= 2: not met)" in out
     assert "fused n/a" in out  # a row that did not run
     assert "attention at T=S=512" in out and out.count("target <= 1.0 ms") == 1
@@ -65,7 +67,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert "triton p0.1: skipped" in out
     # the tile sweep: fastest row, forward and backward apart (sdpa is not a tile)
     assert ("T=1024 dropout 0: triton-fused:64x64x64x4x2 1.900; forward triton:128x32x128x8x3x8x64 0.600; "
-            "backward triton-fused:64x64x64x4x2 1.100") in out
+            "backward triton-fused:64x64x64x4x2 1.100; triton-far-all:64x64x64x4x2 fwd 0.900 (triton 0.800), "
+            "bwd 1.200 (triton 1.500)") in out
     assert ("model step dropout 0: ours[triton-fused] 75.0, ours[triton] 80.0, ours[auto] 81.0; auto vs best "
             "single (ours[triton-fused]): +8.0% (target <= +3%: not met); failed: ours[flex]") in out
     assert ("recipe base + single_gpu: 200 updates, 2.500 updates/s, MFU 31.2% (target >= 40%: not met), "
