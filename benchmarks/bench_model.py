@@ -183,21 +183,23 @@ def peak_tflops(name: str, override: float) -> float:
     return override or peak_tflops_for(name) or float("nan")
 
 
-# what a user can pin; auto is compared with them. "triton-fused": the triton backend with the fused
-# backward (triton_rpe_attention.BACKWARD = "fused", AST_T5_TRITON_BACKWARD=fused), not auto's yet
-SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton", "triton-fused")
+# what a user can pin; auto is compared with them. The triton backend's other structures, not auto's yet:
+# (triton_rpe_attention.BACKWARD, FAR_LOOPS) during their own models' steps (`with_structure`)
+TRITON_STRUCTURES = {"triton-fused": ("fused", "none"), "triton-far": ("split", "backward")}
+SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton", *TRITON_STRUCTURES)
 
 
-def with_backward(step, structure: str):
-    """``step`` with the triton backend's backward structure set to ``structure`` while it runs."""
+def with_structure(step, backward: str = "split", far_loops: str = "none"):
+    """``step`` with the triton backend's backward structure and far loops set while it runs."""
     from ast_t5.modules import triton_rpe_attention as tra
 
     def run():
-        saved, tra.BACKWARD = tra.BACKWARD, structure
+        saved = tra.BACKWARD, tra.FAR_LOOPS
+        tra.BACKWARD, tra.FAR_LOOPS = backward, far_loops
         try:
             return step()
         finally:
-            tra.BACKWARD = saved
+            tra.BACKWARD, tra.FAR_LOOPS = saved
     return run
 
 
@@ -245,7 +247,7 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
             base, hf_model = build_pair(arch, shape, device, torch.float32, "auto", p, **sizes)
             models = {}
             for b in ("auto", *backends):
-                cfg = dataclasses.replace(base.cfg, attention_backend="triton" if b == "triton-fused" else b)
+                cfg = dataclasses.replace(base.cfg, attention_backend="triton" if b in TRITON_STRUCTURES else b)
                 if compile_backend:
                     cfg = dataclasses.replace(cfg, compile=True, compile_backend=compile_backend)
                 m = AstT5Model.build(cfg, base.encoder.dictionary)
@@ -260,8 +262,9 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
             models["hf"] = hf_model
         steps = {name: make_step(m, hf_logits if name == "hf" else ours_logits, batch, autocast_dtype)
                  for name, m in models.items()}
-        if "ours[triton-fused]" in steps:
-            steps["ours[triton-fused]"] = with_backward(steps["ours[triton-fused]"], "fused")
+        for b, structure in TRITON_STRUCTURES.items():
+            if f"ours[{b}]" in steps:
+                steps[f"ours[{b}]"] = with_structure(steps[f"ours[{b}]"], *structure)
         kernels, same_as, failed = {}, {}, {}
         for name in list(steps):  # the first step also compiles flex/triton kernels: not timed
             try:

@@ -126,16 +126,17 @@ T = 1024, 27 of 32 at 2048. With FAR_LOOPS a kernel walks its other axis in thre
 the clamped bias as one scalar per tile, so they neither gather the bias tile nor stage it through
 shared memory (the gather is 32 of the forward's 40 asynchronous copies per thread and tile, and
 32 KB of shared-memory traffic per 64 x 64 tile, written and read back), and the dQ kernel's far
-loops reduce the table gradient by row sums with no per-tile branch (its far tiles: 26.3 -> 13.6
+loops reduce the table gradient by row sums with no per-tile branch (its far tiles: 26.3 -> 13.2
 instructions per element, sm90 D 64, `compile_triton_rpe.py --far-loops`). Every loop runs at
-least one tile: a loop that
-may run none made ptxas serialize the kernel's matrix products (C7515), so an empty far span runs
-one tile whose bias is -inf, which adds nothing (`_far_tiles`), and an empty band span takes a far
-tile (the band loop computes any tile right). Those extra tiles make the far loops a loss on short
-calls, which keep one loop (`far_loops_pay`: both axes longer than 2 (M + tile)). The cost: three
-pipelined loops hold more registers; in the forward, 198 instead of 128 at sm90's default tiles (2
-programs per SM instead of 4), which is why "backward" (the dK/dV and dQ kernels) is a choice of its
-own.
+least one tile: a loop that may run none made ptxas serialize the kernel's matrix products
+(C7515), so an empty far span runs one tile whose bias is -inf, which adds nothing (`_far_tiles`),
+and an empty band span takes a far tile (the band loop computes any tile right). Those extra tiles
+make the far loops a loss on short calls, which keep one loop (`far_loops_pay`: both axes longer
+than 2 (M + tile)). The spans are computed in whole tiles (`_far_spans`), so that the compiler
+knows every bound a multiple of the step: computed as element indices, the band loops recomputed
+every bias address. The cost: three pipelined loops hold more registers; in the forward, 159
+instead of 128 at sm90's default tiles (3 programs per SM instead of 4; 2 instead of 3 with key
+padding), which is why "backward" (the dK/dV and dQ kernels) is a choice of its own.
 
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
@@ -402,21 +403,24 @@ if triton is not None:
         """The three spans of a program's loop (`FAR_LOOPS`). The program holds ROWS rows from
         ``start`` (queries in the forward and dQ kernels, keys in dK/dV's) and walks the other axis
         STEP at a time over the tiles lo, lo + STEP, ... < hi (lo a multiple of STEP, hi > lo).
-        Returns (band_lo, band_hi, right_lo): every distance |key - query| of the tiles before
-        band_lo and of those from right_lo on is >= M, on the side of the walked axis' start (before
-        band_lo) or end (from right_lo); the tiles from band_lo to before band_hi cross the band
-        (-M, M), a multiple of STEP (or hi), right_lo the first tile start at or past band_hi.
+        Returns (band_lo, band_hi, right_lo), band_lo and right_lo multiples of STEP, band_hi =
+        min(right_lo, hi): every distance |key - query| of the tiles before band_lo and of those
+        from right_lo on is >= M, on the side of the walked axis' start (before band_lo) or end
+        (from right_lo); every tile crossing the band (-M, M) lies from band_lo to before band_hi.
         ONE_BAND: the band span holds at least one tile, taken from the far ones if none crosses
         the band (the band loop computes any tile right; a loop that may run no iteration makes
         ptxas serialize the kernel's matrix products, `_far_tiles`)."""
-        band_lo = (tl.maximum(start - M - STEP + 2, 0) + STEP - 1) // STEP * STEP
-        band_lo = tl.minimum(tl.maximum(band_lo, lo), hi)
-        band_hi = tl.minimum(tl.maximum(start + M + ROWS - 1, band_lo), hi)
+        # in tiles of STEP first, multiplied last: the compiler then knows every bound a multiple of STEP
+        first = (tl.maximum(start - M - STEP + 2, 0) + STEP - 1) // STEP  # the first band tile
+        first = tl.minimum(tl.maximum(first, lo // STEP), (hi + STEP - 1) // STEP)
+        end = tl.minimum((start + M + ROWS - 1 + STEP - 1) // STEP, (hi + STEP - 1) // STEP)  # past the band
+        end = tl.maximum(end, first)
         if ONE_BAND:  # an empty band span takes the last tile before it (when it starts at hi), else the next
-            band_lo = tl.minimum(band_lo, (hi - 1) // STEP * STEP)
-            band_hi = tl.maximum(band_hi, band_lo + 1)
-        right_lo = band_lo + (band_hi - band_lo + STEP - 1) // STEP * STEP
-        return band_lo, band_hi, right_lo
+            first = tl.minimum(first, (hi - 1) // STEP)
+            end = tl.maximum(end, first + 1)
+        band_lo = first * STEP
+        right_lo = end * STEP
+        return band_lo, tl.minimum(right_lo, hi), right_lo
 
     @triton.jit
     def _far_tiles(lo, stop, last, far_bias, STEP: tl.constexpr):
@@ -913,10 +917,10 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # one tile (`_far_tiles`), so calls shorter than 2 (M + tile) keep one loop (`far_loops_pay`).
 # - "none" (the default): one loop everywhere;
 # - "backward": the dK/dV and dQ kernels (sm90 D 64, Triton 3.6, `compile_triton_rpe.py --far-loops`: dQ
-#   26.3 -> 13.6 instructions per element on far tiles, 26.1 on band tiles, both kernels keeping 2
-#   programs per SM; dK/dV 17.0 -> 15.2 far, 19.2 band);
-# - "all": the forward too (13.9 far, 16.3 band, but 198 registers instead of 128: 2 programs per SM
-#   instead of 4; padded, 17.8 far and 20.3 band against 17.3).
+#   26.3 -> 13.2 instructions per element on far tiles, 25.2 on band tiles; dK/dV 17.0 -> 15.2 far, 17.0
+#   band; both kernels keep 2 programs per SM; BENCHMARKS.md, "Far loops");
+# - "all": the forward too (16.5 -> 13.1 far, 14.8 band, but 159 registers instead of 128: 3 programs
+#   per SM instead of 4; padded, 16.1 far and 17.8 band against 17.3, 2 programs instead of 3).
 # Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-far and triton-far-all rows.
 FAR_LOOPS_CHOICES = ("none", "backward", "all")
 FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none")

@@ -102,31 +102,40 @@ def test_gpu_only_options_without_cuda_are_a_usage_error():
     assert bench_model.parse_args(["--device", "cuda", "--json", "x.json"]).json == "x.json"
 
 
-def test_the_fused_backward_model_runs_the_triton_backend_with_its_backward_switched(monkeypatch):
-    """``triton-fused``: the triton backend with triton_rpe_attention.BACKWARD = "fused" during its own
-    steps only (the other models keep the split backward), compared with auto like any single backend."""
+def test_the_triton_structure_models_run_the_triton_backend_with_their_structure_switched(monkeypatch):
+    """``triton-fused`` and ``triton-far``: the triton backend with triton_rpe_attention.BACKWARD = "fused",
+    and with FAR_LOOPS = "backward", during their own steps only (the other models keep the defaults),
+    compared with auto like any single backend."""
     tra = pytest.importorskip("ast_t5.modules.triton_rpe_attention")
     bench_model = load_benchmark("bench_model", "bench_model_fused")
-    assert "triton-fused" in bench_model.SINGLE_BACKENDS
-    real_make_step, seen = bench_model.make_step, []
+    assert {"triton-fused", "triton-far"} <= set(bench_model.SINGLE_BACKENDS)
+    backends = ["sdpa", "triton-fused", "triton-far"]
+    order = ["ours[auto]", *[f"ours[{b}]" for b in backends]]  # the order compare_backends makes steps in
+    real_make_step, made, seen = bench_model.make_step, [], []
 
     def make_step(model, *args):
+        name = order[len(made)]
+        made.append(name)
         step = real_make_step(model, *args)
 
         def run():
-            seen.append((str(getattr(getattr(model, "cfg", None), "attention_backend", "hf")), tra.BACKWARD))
+            seen.append((name, tra.BACKWARD, tra.FAR_LOOPS))
             return step()
         return run
 
     monkeypatch.setattr(bench_model, "make_step", make_step)
     args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
     out = bench_model.compare_backends(args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16),
-                                       [0.0], ["sdpa", "triton-fused"], None, False, **SIZES)
+                                       [0.0], backends, None, False, **SIZES)  # hf=False
+    assert made == order
     rows = out["by_dropout"]["dropout 0"]["rows"]
-    assert set(rows) == {"ours[auto]", "ours[sdpa]", "ours[triton-fused]"} and rows["ours[triton-fused]"]["ms"] > 0
-    fused_steps = [structure for backend, structure in seen if backend == "triton"]
-    assert fused_steps and set(fused_steps) == {"fused"}  # the model built on triton ran with the fused backward
-    assert {structure for backend, structure in seen if backend != "triton"} == {tra.BACKWARD} == {"split"}
+    assert set(rows) == set(order) and all(rows[name]["ms"] > 0 for name in order)
+    by_model = {}
+    for name, backward, far in seen:
+        by_model.setdefault(name, set()).add((backward, far))
+    assert by_model["ours[triton-fused]"] == {("fused", "none")}
+    assert by_model["ours[triton-far]"] == {("split", "backward")}
+    assert by_model["ours[auto]"] == by_model["ours[sdpa]"] == {("split", "none")}  # the module's defaults
 
 
 def test_the_fused_backward_model_is_left_out_where_the_split_backward_would_run(monkeypatch, caplog):
