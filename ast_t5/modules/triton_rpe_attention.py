@@ -471,6 +471,9 @@ if triton is not None:
             hi = tl.load(KV_END + b)  # past the last unpadded key, every key is padding: no tile there
         if CAUSAL:
             hi = tl.minimum(hi, start_m + BLOCK_M)
+        # The loop helpers take their arguments spelled out, in every kernel: packed into a tuple, they
+        # changed what Triton compiled (the dK/dV kernel: 4x the exponentials, serialized products), and a
+        # tuple cannot hold the constexpr strings.
         if FAR_LOOPS:  # three loops: the far tiles of each side add one scalar and load no bias
             end = tl.maximum(hi, 1)  # a row of padding alone runs one band tile, whose keys it does not load
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end, M, BLOCK_M, BLOCK_N, ONE_BAND=True)

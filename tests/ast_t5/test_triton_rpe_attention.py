@@ -666,6 +666,20 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
         assert torch.equal(got, want)  # the same q, k, v gradients
 
 
+def compile_check(*options) -> tuple:
+    """benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 with ``options``, in a process without
+    TRITON_INTERPRET: (its stdout, its table's rows as dicts keyed by the header). Fails on a nonzero exit."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
+    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", *options], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    header = next(line.split() for line in proc.stdout.splitlines() if line.startswith("arch"))
+    rows = [dict(zip(header, line.split())) for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    return proc.stdout, rows
+
+
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
 def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_loads_several_per_sm():
     """What the interpreter cannot check: the kernels compile for sm90 (Triton's compiler and
@@ -677,29 +691,22 @@ def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_load
     faster on the H200: `default_blocks`), ptxas does not serialize the products, and without
     dropout nothing spills. (With dropout the backward spills a few bytes at these tiles and was
     faster anyway.)"""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
-    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants",
-                           "padded", "padded-dropout"], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    header = next(line.split() for line in proc.stdout.splitlines() if line.startswith("arch"))
-    lines = [dict(zip(header, line.split())) for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    stdout, lines = compile_check("--variants", "padded", "padded-dropout")
     assert sorted((line["variant"], line["kernel"]) for line in lines) == [
-        (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("dkdv", "dq", "fwd")], proc.stdout
-    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, proc.stdout
+        (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("dkdv", "dq", "fwd")], stdout
+    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, stdout
     # the forward's loop sends no tile through shared memory (the bias is staged asynchronously)
-    assert {line["conv"] for line in lines if line["kernel"] == "fwd"} == {"0"}, proc.stdout
+    assert {line["conv"] for line in lines if line["kernel"] == "fwd"} == {"0"}, stdout
     # every exponential is one ex2.approx.ftz (scores in log2 units, tl.exp2), in all three kernels
-    assert {line["ex2"] for line in lines} == {"ftz"}, proc.stdout
-    assert min(int(line["occ"]) for line in lines) >= 2, proc.stdout
-    assert {line["stack"] for line in lines if line["variant"] == "padded"} == {"0"}, proc.stdout
+    assert {line["ex2"] for line in lines} == {"ftz"}, stdout
+    assert min(int(line["occ"]) for line in lines) >= 2, stdout
+    assert {line["stack"] for line in lines if line["variant"] == "padded"} == {"0"}, stdout
     # ptxas overlaps the matrix products (every sm90 dQ kernel had them serialized until 2026-11-26)
-    assert {line["ser"] for line in lines} == {"no"}, proc.stdout
+    assert {line["ser"] for line in lines} == {"no"}, stdout
     for summary in ("0 kernel(s) without pipelined loads", "0 sm90 kernel(s) without wgmma",
                     "0 kernel(s) whose wgmma ptxas serializes",
                     "0 kernel(s) needing more shared memory", "0 kernel(s) with full-range exponentials"):
-        assert summary in proc.stdout, proc.stdout
+        assert summary in stdout, stdout
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
@@ -707,20 +714,12 @@ def test_the_fused_backward_compiles_for_hopper_on_overlapped_wgmma_with_pipelin
     """The fused backward's two kernels (`BACKWARD` = "fused": dK/dV adding dQ atomically, and the band
     kernel) at sm90's default tiles, with key padding, with and without dropout: wgmma whose products
     ptxas does not serialize, pipelined loads, single-instruction exponentials, 2 programs per SM."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
-    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants", "padded",
-                           "padded-dropout", "--backward", "fused"], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    header = next(line.split() for line in proc.stdout.splitlines() if line.startswith("arch"))
-    lines = [dict(zip(header, line.split())) for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    stdout, lines = compile_check("--variants", "padded", "padded-dropout", "--backward", "fused")
     assert sorted((line["variant"], line["kernel"]) for line in lines) == [
         (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("band", "dkdv+dq", "fwd")]
-    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, proc.stdout
-    assert {line["ex2"] for line in lines} == {"ftz"} and {line["ser"] for line in lines} == {"no"}, proc.stdout
-    assert min(int(line["occ"]) for line in lines) >= 2, proc.stdout
+    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, stdout
+    assert {line["ex2"] for line in lines} == {"ftz"} and {line["ser"] for line in lines} == {"no"}, stdout
+    assert min(int(line["occ"]) for line in lines) >= 2, stdout
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
@@ -729,22 +728,14 @@ def test_the_far_loops_compile_for_hopper_without_serialized_products():
     kernel's three loops run wgmma that ptxas does not serialize (a loop that may run no iteration made
     it serialize them: `_far_tiles`), pipeline their loads, and do each tile's element-wise work once per
     loop copy; 2 programs per SM at least; each far loop smaller than the band loop (no bias gather)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    env["TRITON_DEFAULT_FP_FUSION"] = "1"
-    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "compile_triton_rpe.py")
-    proc = subprocess.run([sys.executable, script, "--arch", "90", "--head-dims", "64", "--variants", "padded",
-                           "padded-dropout", "--far-loops", "all"], env=env, capture_output=True, text=True,
-                          timeout=600)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
-    header = next(line.split() for line in proc.stdout.splitlines() if line.startswith("arch"))
-    lines = [dict(zip(header, line.split())) for line in proc.stdout.splitlines() if line.strip().startswith("90")]
+    stdout, lines = compile_check("--variants", "padded", "padded-dropout", "--far-loops", "all")
     assert sorted((line["variant"], line["kernel"]) for line in lines) == [
         (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("dkdv", "dq", "fwd")]
-    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, proc.stdout
-    assert {line["ex2"] for line in lines} == {"ftz"} and {line["ser"] for line in lines} == {"no"}, proc.stdout
-    assert {line["dup"] for line in lines if line["kernel"] != "fwd"} == {"1.0"}, proc.stdout
-    assert min(int(line["occ"]) for line in lines) >= 2, proc.stdout
-    assert all(float(line["far"]) < float(line["i/el"]) for line in lines), proc.stdout
+    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, stdout
+    assert {line["ex2"] for line in lines} == {"ftz"} and {line["ser"] for line in lines} == {"no"}, stdout
+    assert {line["dup"] for line in lines if line["kernel"] != "fwd"} == {"1.0"}, stdout
+    assert min(int(line["occ"]) for line in lines) >= 2, stdout
+    assert all(float(line["far"]) < float(line["i/el"]) for line in lines), stdout
 
 
 def test_wgmma_serialized_reads_ptxas_performance_warning():
