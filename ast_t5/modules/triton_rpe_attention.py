@@ -357,7 +357,7 @@ if triton is not None:
         return tab, band, far_lo, far_hi
 
     @triton.jit
-    def _fwd_tiles(lo, stop, last, far_bias, q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
+    def _fwd_tiles(lo, stop, last, far_bias, m_i, l_i, acc, q, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
                    start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, FAR: tl.constexpr):
@@ -471,32 +471,27 @@ if triton is not None:
             hi = tl.load(KV_END + b)  # past the last unpadded key, every key is padding: no tile there
         if CAUSAL:
             hi = tl.minimum(hi, start_m + BLOCK_M)
-        # The loop helpers take their arguments spelled out, in every kernel: packed into a tuple, they
-        # changed what Triton compiled (the dK/dV kernel: 4x the exponentials, serialized products), and a
-        # tuple cannot hold the constexpr strings.
+        rest = (q, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h,
+                sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p)
         if FAR_LOOPS:  # three loops: the far tiles of each side add one scalar and load no bias
             end = tl.maximum(hi, 1)  # a row of padding alone runs one band tile, whose keys it does not load
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
             band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_tiles`)
             last = (end - 1) // BLOCK_N * BLOCK_N
             far = PD + h * pd_len + pd_off
-            m_i, l_i, acc = _fwd_tiles(0, band_lo, last, tl.load(far - M), q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr,
-                                       count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
-                                       sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
-                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True)
-            m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, last, 0.0, q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr, count_ptr,
-                                       seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h,
-                                       sv_t, T, S, qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=False)
-            m_i, l_i, acc = _fwd_tiles(right_lo, end, last, tl.load(far + M), q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr,
-                                       count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
-                                       sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
-                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True)
+            m_i, l_i, acc = _fwd_tiles(0, band_lo, last, tl.load(far - M), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
+                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                       PRECISION=PRECISION, FAR=True)
+            m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, last, 0.0, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
+                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                       PRECISION=PRECISION, FAR=False)
+            m_i, l_i, acc = _fwd_tiles(right_lo, end, last, tl.load(far + M), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
+                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                       PRECISION=PRECISION, FAR=True)
         else:
-            m_i, l_i, acc = _fwd_tiles(0, hi, 0, 0.0, q, m_i, l_i, acc, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b,
-                                       h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S,
-                                       qk_scale, dropout_p, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=False)
+            m_i, l_i, acc = _fwd_tiles(0, hi, 0, 0.0, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
+                                       FAR=False)
         has_key = l_i > 0.0
         out = acc / tl.where(has_key, l_i, 1.0)[:, None]
         tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -505,7 +500,7 @@ if triton is not None:
         tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
     @triton.jit
-    def _dkdv_tiles(lo, stop, last, far_bias, k, v, dk, dv, far_lo, far_hi, Q, DO, LSE, DELTA, pd_keys, key_ok,
+    def _dkdv_tiles(lo, stop, last, far_bias, dk, dv, far_lo, far_hi, k, v, Q, DO, LSE, DELTA, pd_keys, key_ok,
                     block_padded, seed, bh, b, h, start_n, offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t,
                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M: tl.constexpr, HAS_KPM: tl.constexpr,
                     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -623,37 +618,29 @@ if triton is not None:
         if HAS_KPM:  # a block of keys past the last unpadded one is all padding: dK = dV = 0
             live = start_n < tl.load(KV_END + b)
         if live:
+            rest = (k, v, Q, DO, LSE, DELTA, pd_keys, key_ok, block_padded, seed, bh, b, h, start_n, offs_n, offs_d,
+                    d_ok, band_k, dq_head, sq_b, sq_h, sq_t, sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p)
             if FAR_LOOPS:  # the early queries see every key at distance >= M, the late ones at <= -M
                 band_lo, band_hi, right_lo = _far_spans(start_n, lo, T, M, BLOCK_N, BLOCK_M, ONE_BAND=True)
                 band_hi = tl.maximum(band_hi, band_lo + BLOCK_M)  # (no more tiles: `_far_tiles`)
                 last = (T - 1) // BLOCK_M * BLOCK_M
                 far = PD + h * pd_len + pd_off
-                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, band_lo, last, tl.load(far + M), k, v, dk, dv, far_lo, far_hi,
-                                                     Q, DO, LSE, DELTA, pd_keys, key_ok, block_padded, seed, bh, b, h,
-                                                     start_n, offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t,
-                                                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M=M,
-                                                     HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
-                                                     BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
-                                                     FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True)
-                dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, last, 0.0, k, v, dk, dv, far_lo, far_hi, Q, DO,
-                                                     LSE, DELTA, pd_keys, key_ok, block_padded, seed, bh, b, h, start_n,
-                                                     offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t, sd_b,
-                                                     sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M=M,
+                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, band_lo, last, tl.load(far + M), dk, dv, far_lo, far_hi, *rest,
+                                                     M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                     BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
+                                                     FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
+                                                     FAR=True)
+                dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, last, 0.0, dk, dv, far_lo, far_hi, *rest, M=M,
                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
                                                      BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
                                                      FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False)
-                dk, dv, far_lo, far_hi = _dkdv_tiles(right_lo, T, last, tl.load(far - M), k, v, dk, dv, far_lo, far_hi,
-                                                     Q, DO, LSE, DELTA, pd_keys, key_ok, block_padded, seed, bh, b, h,
-                                                     start_n, offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t,
-                                                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M=M,
-                                                     HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
-                                                     BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
-                                                     FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True)
+                dk, dv, far_lo, far_hi = _dkdv_tiles(right_lo, T, last, tl.load(far - M), dk, dv, far_lo, far_hi, *rest,
+                                                     M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                     BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
+                                                     FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
+                                                     FAR=True)
             else:
-                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, 0, 0.0, k, v, dk, dv, far_lo, far_hi, Q, DO, LSE, DELTA,
-                                                     pd_keys, key_ok, block_padded, seed, bh, b, h, start_n, offs_n,
-                                                     offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t, sd_b, sd_h, sd_t,
-                                                     sa_t, T, S, D, qk_scale, dropout_p, M=M, HAS_KPM=HAS_KPM,
+                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, 0, 0.0, dk, dv, far_lo, far_hi, *rest, M=M, HAS_KPM=HAS_KPM,
                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M,
                                                      PRECISION=PRECISION, FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS,
                                                      BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False)
@@ -667,7 +654,7 @@ if triton is not None:
         tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
     @triton.jit
-    def _dq_tiles(lo, stop, last, far_bias, q, do, lse, delta, dq, tab, band, far_lo, far_hi, t_idx, K, V, pd_rows,
+    def _dq_tiles(lo, stop, last, far_bias, dq, tab, band, far_lo, far_hi, q, do, lse, delta, t_idx, K, V, pd_rows,
                   kpm_ptr, count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h,
                   sv_t, T, S, qk_scale, dropout_p, M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
@@ -768,51 +755,42 @@ if triton is not None:
         # keys (the mask below: keys from hi on are padding or, causal, after every query of the block) and
         # adds nothing: its probabilities are masked to 0.
         end_n = tl.maximum(hi, 1)
+        rest = (q, do, lse, delta, t_idx, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h, start_m, offs_m, offs_d,
+                d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p)
         if BAND_ONLY:  # the tiles with start_n - start_m + BLOCK_N - 1 > -M and start_n - start_m - BLOCK_M + 1 < M
             band_lo = (tl.maximum(start_m - M - BLOCK_N + 2, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
             band_hi = tl.minimum(hi, start_m + M + BLOCK_M - 1)
-            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, 0, 0.0, q, do, lse, delta, dq, tab, band,
-                                                      far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr, seed,
-                                                      bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
-                                                      sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS,
-                                                      ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="band")
+            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, 0, 0.0, dq, tab, band, far_lo, far_hi, *rest,
+                                                      M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+                                                      DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
+                                                      BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
+                                                      KIND="band")
         elif FAR_LOOPS:  # the key tiles far before the queries, across the band, far after them
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
             band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_tiles`)
             last = (end_n - 1) // BLOCK_N * BLOCK_N
             far = PD + h * pd_len + pd_off
-            dq, tab, band, far_lo, far_hi = _dq_tiles(0, band_lo, last, tl.load(far - M), q, do, lse, delta, dq, tab,
-                                                      band, far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr,
-                                                      seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h,
-                                                      sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS,
-                                                      ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="lo")
-            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, last, 0.0, q, do, lse, delta, dq, tab, band,
-                                                      far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr, seed,
-                                                      bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t,
-                                                      sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS,
-                                                      ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="band")
-            dq, tab, band, far_lo, far_hi = _dq_tiles(right_lo, end_n, last, tl.load(far + M), q, do, lse, delta, dq,
-                                                      tab, band, far_lo, far_hi, t_idx, K, V, pd_rows, kpm_ptr,
-                                                      count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi,
-                                                      sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
+            dq, tab, band, far_lo, far_hi = _dq_tiles(0, band_lo, last, tl.load(far - M), dq, tab, band, far_lo, far_hi,
+                                                      *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
+                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
+                                                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="lo")
+            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, last, 0.0, dq, tab, band, far_lo, far_hi, *rest,
                                                       M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                                       DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
                                                       BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
-                                                      KIND="hi")
+                                                      KIND="band")
+            dq, tab, band, far_lo, far_hi = _dq_tiles(right_lo, end_n, last, tl.load(far + M), dq, tab, band, far_lo,
+                                                      far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
+                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
+                                                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="hi")
         else:
-            dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, 0, 0.0, q, do, lse, delta, dq, tab, band, far_lo,
-                                                      far_hi, t_idx, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
-                                                      start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h,
-                                                      sv_t, T, S, qk_scale, dropout_p, M=M, ROWS=ROWS, ALIGNED=ALIGNED,
-                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                      TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                                      PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="any")
+            dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, 0, 0.0, dq, tab, band, far_lo, far_hi, *rest, M=M,
+                                                      ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+                                                      DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
+                                                      BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
+                                                      KIND="any")
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
