@@ -162,7 +162,7 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0, copies: int
     every exponential is the one-instruction ``ex2.approx.ftz`` (what ``tl.exp2`` gives), ``full``
     when some is the full-range ``ex2.approx.f32`` (what ``tl.exp`` gives: a multiply by log2(e)
     plus a compare and two multiplies around the MUFU instruction for subnormals). ``copies``: how
-    many times the kernel's loop is compiled (3 with `FAR_LOOPS`), each with its own exponentials."""
+    many times the kernel's loop is compiled (3 with `FAR_LOOPS`, 2 causal), each with its own exponentials."""
     ptx = kernel.asm["ptx"]
     if re.search(r"\bwgmma\.mma_async", ptx):
         mma = "wgmma"
@@ -336,15 +336,16 @@ def main(argv=None) -> int:
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints)
-            # FAR_LOOPS: the kernel's loop compiled three times (the band kernel's once): the band's, the
-            # largest, is ``i/el``; the far ones' largest is ``far``
-            copies = 3 if consts["FAR_LOOPS"] and not consts.get("BAND_ONLY") else 1
+            # FAR_LOOPS: the kernel's loop compiled three times (twice with causality, which has no tile
+            # on one side; the band kernel's once): the band's, the largest, is ``i/el``; the far ones'
+            # largest is ``far``
+            copies = (2 if causal else 3) if consts["FAR_LOOPS"] and not consts.get("BAND_ONLY") else 1
             per_thread = loop_tile / (32 * kernel_warps)
             sizes = loop_sizes(_cuobjdump(kernel, "-sass"))
             info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps, copies),
                         conv=loop_conversions(kernel.asm["ttgir"]),
                         per_element=(sizes or [0])[0] / per_thread,
-                        far=sizes[1] / per_thread if copies == 3 and len(sizes) >= 3 else None)
+                        far=sizes[1] / per_thread if copies > 1 and len(sizes) >= copies else None)
             serial = "-"
             if info["mma"] == "wgmma":
                 why = wgmma_serialized(_ptxas_log(kernel, arch))

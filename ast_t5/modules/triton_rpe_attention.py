@@ -122,7 +122,8 @@ Far loops (`FAR_LOOPS` = "backward" or "all", or AST_T5_TRITON_FAR_LOOPS; not me
 so "none" by default). Most tiles of a long call lie wholly beyond the band (-M, M), where every
 distance clamps to the same bias: at 64 x 64 tiles and M = 128, 11 of a row's 16 key tiles at
 T = 1024, 27 of 32 at 2048. With FAR_LOOPS a kernel walks its other axis in three loops
-(`_far_spans`): the far tiles on one side, the band, the far tiles on the other. The far loops add
+(`_far_spans`): the far tiles on one side, the band, the far tiles on the other (with causality,
+no tile lies beyond the diagonal's side: two loops). The far loops add
 the clamped bias as one scalar per tile, so they neither gather the bias tile nor stage it through
 shared memory (the gather is 32 of the forward's 40 asynchronous copies per thread and tile, and
 32 KB of shared-memory traffic per 64 x 64 tile, written and read back), and the dQ kernel's far
@@ -485,9 +486,10 @@ if triton is not None:
             m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, last, 0.0, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
                                        CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                                        PRECISION=PRECISION, FAR=False)
-            m_i, l_i, acc = _fwd_tiles(right_lo, end, last, tl.load(far + M), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
-                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                       PRECISION=PRECISION, FAR=True)
+            if not CAUSAL:  # causal: no key after the queries' block, so no tile of this span at all
+                m_i, l_i, acc = _fwd_tiles(right_lo, end, last, tl.load(far + M), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
+                                           CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                           PRECISION=PRECISION, FAR=True)
         else:
             m_i, l_i, acc = _fwd_tiles(0, hi, 0, 0.0, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                        DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
@@ -625,11 +627,12 @@ if triton is not None:
                 band_hi = tl.maximum(band_hi, band_lo + BLOCK_M)  # (no more tiles: `_far_tiles`)
                 last = (T - 1) // BLOCK_M * BLOCK_M
                 far = PD + h * pd_len + pd_off
-                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, band_lo, last, tl.load(far + M), dk, dv, far_lo, far_hi, *rest,
-                                                     M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                     BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
-                                                     FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
-                                                     FAR=True)
+                if not CAUSAL:  # causal: no query before the keys' block, so no tile of this span at all
+                    dk, dv, far_lo, far_hi = _dkdv_tiles(lo, band_lo, last, tl.load(far + M), dk, dv, far_lo, far_hi,
+                                                         *rest, M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                         BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
+                                                         FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q,
+                                                         BAND_K=BAND_K, FAR=True)
                 dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, last, 0.0, dk, dv, far_lo, far_hi, *rest, M=M,
                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
                                                      BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
@@ -780,11 +783,12 @@ if triton is not None:
                                                       DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
                                                       BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
                                                       KIND="band")
-            dq, tab, band, far_lo, far_hi = _dq_tiles(right_lo, end_n, last, tl.load(far + M), dq, tab, band, far_lo,
-                                                      far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
-                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
-                                                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="hi")
+            if not CAUSAL:  # causal: no key after the queries' block, so no tile of this span at all
+                dq, tab, band, far_lo, far_hi = _dq_tiles(right_lo, end_n, last, tl.load(far + M), dq, tab, band,
+                                                          far_lo, far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED,
+                                                          HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                          TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
+                                                          PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="hi")
         else:
             dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, 0, 0.0, dq, tab, band, far_lo, far_hi, *rest, M=M,
                                                       ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
