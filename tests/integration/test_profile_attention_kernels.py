@@ -22,7 +22,7 @@ COLUMNS = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_e
            STALL.format("long_scoreboard"), STALL.format("wait"), STALL.format("barrier")]
 UNITS = ["nsecond", "%", "%", "%", "", "register/thread", "%", "%", "", "", ""]
 # (kernel name, duration ns, ..., stalls) per condition, in profile.CONDITIONS' order: triton p0, the fused
-# backward, flash, triton p0.1
+# backward, flash, triton p0.1, the far loops
 BY_CONDITION = [
     [("_fwd_kernel", "612,345", 40.5, 35.0, 30.1, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
      ("_bwd_dkdv_kernel", "900,000", 41.0, 36.0, 20.0, 7.0, 244, 25.0, 24.0, 0.3, 1.5, 3.0),
@@ -37,6 +37,9 @@ BY_CONDITION = [
     [("_fwd_kernel", "700,000", 38.0, 33.0, 30.0, 7.5, 128, 20.0, 19.0, 0.5, 3.0, 1.0),
      ("_bwd_dkdv_kernel", "1,200,000", 40.0, 45.0, 20.0, 8.0, 255, 20.0, 19.0, 0.3, 2.0, 3.0),
      ("_bwd_dq_kernel", "1,300,000", 29.0, 40.0, 18.0, 9.5, 255, 15.0, 14.0, 4.5, 1.0, 2.0)],
+    [("_fwd_kernel", "611,000", 40.0, 35.0, 30.0, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
+     ("_bwd_dkdv_kernel", "800,000", 41.0, 36.0, 20.0, 7.0, 250, 28.0, 26.0, 0.3, 1.5, 3.0),
+     ("_bwd_dq_kernel", "700,000", 30.0, 28.0, 18.0, 9.0, 247, 25.0, 24.0, 4.0, 1.0, 2.0)],
 ]
 KERNELS = [kernel for condition in BY_CONDITION for kernel in condition]
 
@@ -79,7 +82,8 @@ def test_the_counters_of_each_kernel_are_read_and_labelled_by_condition(long_for
         ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
         ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
         ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
-        ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ")]
+        ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
+        ("triton-far p0", "forward"), ("triton-far p0", "dK/dV"), ("triton-far p0", "dQ")]
     fwd = profile.summarize(results[0])
     assert fwd["duration_us"] == pytest.approx(612.345)  # nanoseconds with a thousands separator
     assert (fwd["sm_throughput_pct"], fwd["issue_active_pct"], fwd["occupancy_pct"]) == (40.5, 35.0, 30.1)
@@ -163,7 +167,7 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out), "--hot", "1"]) == 0
     calls = [json.loads(line) for line in (tmp_path / "calls").read_text().splitlines()]
     runs = [c for c in calls if "--export" in c]
-    assert [r[r.index("--workload") + 1] for r in runs] == ["0", "1", "2", "3"]  # one ncu run per condition
+    assert [r[r.index("--workload") + 1] for r in runs] == ["0", "1", "2", "3", "4"]  # one ncu run per condition
     run = runs[0]
     assert run[run.index("--profile-from-start") + 1] == "off" and run[run.index("--clock-control") + 1] == "none"
     assert run[run.index("--kernel-name-base") + 1] == "demangled"
@@ -181,7 +185,8 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
         ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
         ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
         ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
-        ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ")]
+        ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
+        ("triton-far p0", "forward"), ("triton-far p0", "dK/dV"), ("triton-far p0", "dQ")]
     assert payload["errors"] == {}
     assert [h["source"] for h in payload["kernels"][0]["hot_instructions"]] == ["MUFU.EX2 R3, R3"]
     assert len(payload["all_metrics"]) == len(KERNELS)
@@ -195,7 +200,8 @@ def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monk
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
     payload = json.loads(out.read_text())
     assert list(payload["errors"]) == ["triton-fused p0"] and "ERR_NVGPUCTRPERM" in payload["errors"]["triton-fused p0"]
-    assert {k["condition"] for k in payload["kernels"]} == {"triton p0", "flash-nobias p0", "triton p0.1"}
+    assert {k["condition"] for k in payload["kernels"]} == {"triton p0", "flash-nobias p0", "triton p0.1",
+                                                          "triton-far p0"}
     assert "ERR_NVGPUCTRPERM" in capsys.readouterr().err
     # too few triton kernels in a report (a kernel that did not run as itself): exit 1, said so
     monkeypatch.delenv("FAKE_NCU_FAIL")
