@@ -35,7 +35,7 @@ gradient reaching the table, as in the model:
   dQ added by the dK/dV kernel with atomic adds, 5 matrix products per tile instead of 7, and a
   band kernel for the table gradient of the tiles crossing the band (-M, M));
 - triton-far, triton-far-all: the triton row with the dK/dV and dQ kernels (triton-far), and the
-  forward too (triton-far-all), walking their tiles in three loops, the far tiles adding the clamped
+  forward too (triton-far-all), walking their far tiles in a loop of their own, adding the clamped
   bias as a scalar (``triton_rpe_attention.FAR_LOOPS`` = "backward", "all"); n/a at lengths where
   the kernels keep one loop (`far_loops_pay`). A ``far:`` or ``far-all:`` prefix of
   ``--triton-blocks`` does the same for those tiles (``fused+far:`` with the fused backward);

@@ -71,9 +71,9 @@ def parse_args(argv=None):
                    help="the backward's structure (triton_rpe_attention.BACKWARD): split = dK/dV and dQ kernels; "
                         "fused = the dK/dV kernel adding dQ atomically (dkdv+dq) and the band kernel (band)")
     p.add_argument("--far-loops", choices=("none", "backward", "all"), default="none",
-                   help="triton_rpe_attention.FAR_LOOPS: which kernels walk their tiles in three loops (the far "
-                        "tiles add the clamped bias as a scalar); with it, ``i/el`` is the band loop's and "
-                        "``far`` the larger far loop's")
+                   help="triton_rpe_attention.FAR_LOOPS: which kernels walk their far tiles in a loop of their own "
+                        "(adding the clamped bias as a scalar); with it, ``i/el`` is the band loop's and ``far`` "
+                        "the far loop's")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -162,7 +162,7 @@ def instructions(kernel, tile_elements: int = 0, num_warps: int = 0, copies: int
     every exponential is the one-instruction ``ex2.approx.ftz`` (what ``tl.exp2`` gives), ``full``
     when some is the full-range ``ex2.approx.f32`` (what ``tl.exp`` gives: a multiply by log2(e)
     plus a compare and two multiplies around the MUFU instruction for subnormals). ``copies``: how
-    many times the kernel's loop is compiled (3 with `FAR_LOOPS`, 2 causal), each with its own exponentials."""
+    many times the kernel's loop is compiled (2 with `FAR_LOOPS`), each with its own exponentials."""
     ptx = kernel.asm["ptx"]
     if re.search(r"\bwgmma\.mma_async", ptx):
         mma = "wgmma"
@@ -336,10 +336,9 @@ def main(argv=None) -> int:
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints)
-            # FAR_LOOPS: the kernel's loop compiled three times (twice with causality, which has no tile
-            # on one side; the band kernel's once): the band's, the largest, is ``i/el``; the far ones'
-            # largest is ``far``
-            copies = (2 if causal else 3) if consts["FAR_LOOPS"] and not consts.get("BAND_ONLY") else 1
+            # FAR_LOOPS: the kernel's loop compiled twice (the band kernel's once): the band loop's is
+            # ``i/el`` (the larger), the far loop's ``far``
+            copies = 2 if consts["FAR_LOOPS"] and not consts.get("BAND_ONLY") else 1
             per_thread = loop_tile / (32 * kernel_warps)
             sizes = loop_sizes(_cuobjdump(kernel, "-sass"))
             info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps, copies),

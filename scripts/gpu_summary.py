@@ -114,7 +114,7 @@ def tiles_lines(payload: Dict) -> List[str]:
                      f"{bwd['ms'] - bwd['fwd_ms']:.3f}")
             plain = next((r for r in timed if r["backend"] == "triton"), None)
             for far in (r for r in timed if r["backend"].startswith("triton-far-all:")):
-                if plain is not None:  # FAR_LOOPS: each kernel's three loops against the plain row's one
+                if plain is not None:  # FAR_LOOPS: each kernel's far and band loops against the plain row's one
                     text += (f"; {far['backend']} fwd {far['fwd_ms']:.3f} (triton {plain['fwd_ms']:.3f}), bwd "
                              f"{far['ms'] - far['fwd_ms']:.3f} (triton {plain['ms'] - plain['fwd_ms']:.3f})")
         lines.append(text)

@@ -121,23 +121,22 @@ S or (causal) crosses the diagonal; interior tiles skip the mask.
 Far loops (`FAR_LOOPS` = "backward" or "all", or AST_T5_TRITON_FAR_LOOPS; not measured on a GPU yet,
 so "none" by default). Most tiles of a long call lie wholly beyond the band (-M, M), where every
 distance clamps to the same bias: at 64 x 64 tiles and M = 128, 11 of a row's 16 key tiles at
-T = 1024, 27 of 32 at 2048. With FAR_LOOPS a kernel walks its other axis in three loops
-(`_far_spans`): the far tiles on one side, the band, the far tiles on the other (with causality,
-no tile lies beyond the diagonal's side: two loops). The far loops add
-the clamped bias as one scalar per tile, so they neither gather the bias tile nor stage it through
+T = 1024, 27 of 32 at 2048. With FAR_LOOPS a kernel walks its other axis in two loops: the far
+tiles of both sides (`_far_spans`, `_far_walk`), then the band. The far loop adds each side's
+clamped bias as one scalar per tile, so it neither gathers the bias tile nor stages it through
 shared memory (the gather is 32 of the forward's 40 asynchronous copies per thread and tile, and
 32 KB of shared-memory traffic per 64 x 64 tile, written and read back), and the dQ kernel's far
-loops reduce the table gradient by row sums with no per-tile branch (its far tiles: 26.3 -> 13.2
+loop reduces the table gradient by row sums with no per-tile branch (its far tiles: 26.3 -> 12.2
 instructions per element, sm90 D 64, `compile_triton_rpe.py --far-loops`). Every loop runs at
 least one tile: a loop that may run none made ptxas serialize the kernel's matrix products
-(C7515), so an empty far span runs one tile whose bias is -inf, which adds nothing (`_far_tiles`),
-and an empty band span takes a far tile (the band loop computes any tile right). Those extra tiles
-make the far loops a loss on short calls, which keep one loop (`far_loops_pay`: both axes longer
-than 2 (M + tile)). The spans are computed in whole tiles (`_far_spans`), so that the compiler
-knows every bound a multiple of the step: computed as element indices, the band loops recomputed
-every bias address. The cost: three pipelined loops hold more registers; in the forward, 159
-instead of 128 at sm90's default tiles (3 programs per SM instead of 4; 2 instead of 3 with key
-padding), which is why "backward" (the dK/dV and dQ kernels) is a choice of its own.
+(C7515), so a program with no far tile runs one tile whose bias is -inf, which adds nothing
+(`_far_walk`), and an empty band span takes a far tile (the band loop computes any tile right).
+Such programs are rare on the calls that take the far loops (`far_loops_pay`: both axes longer than
+2 (M + tile)); shorter calls keep one loop. The spans are computed in whole tiles (`_far_spans`),
+so that the compiler knows every bound a multiple of the step: computed as element indices, the
+band loops recomputed every bias address. The cost: two pipelined loops hold more registers; in
+the forward, 161 instead of 128 at sm90's default tiles (3 programs per SM instead of 4; 2 instead
+of 3 with key padding), which is why "backward" (the dK/dV and dQ kernels) is a choice of its own.
 
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
@@ -299,7 +298,8 @@ if triton is not None:
 
     @triton.jit
     def _table_grad_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, KIND: tl.constexpr = "any"):
+                         M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, KIND: tl.constexpr = "any",
+                         before=True):
         """Add the (BLOCK_M, BLOCK_N) tile ``ds`` (query rows, key columns; its (0, 0) element at
         distance ``base``, a multiple of BLOCK_N; BLOCK_M a multiple of BLOCK_N) to the program's
         per-distance sums (`_bwd_dq_kernel`): ``far_lo`` and ``far_hi`` per query row (distances
@@ -315,15 +315,15 @@ if triton is not None:
         rows t <= 0 and t >= 2 M). Otherwise two 1-D gathers per class place it in ``tab``.
 
         KIND: "any" classifies the tile as above; a loop that knows its tiles' class says so
-        (`FAR_LOOPS`, the band kernel), and the other branches are not compiled: "lo" (every
-        distance <= -M), "hi" (>= M), "band" (crossing the band)."""
+        (`FAR_LOOPS`, the band kernel), and the other branches are not compiled: "far" (every
+        distance <= -M where ``before``, else >= M), "band" (crossing the band)."""
         if KIND == "band":
             tab, band, far_lo, far_hi = _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M, BLOCK_N, M,
                                                    ROWS, ALIGNED)
-        elif KIND == "lo":
-            far_lo += tl.sum(ds, 1)
-        elif KIND == "hi":
-            far_hi += tl.sum(ds, 1)
+        elif KIND == "far":
+            rows = tl.sum(ds, 1)
+            far_lo += tl.where(before, rows, 0.0)
+            far_hi += tl.where(before, 0.0, rows)
         elif base + BLOCK_N - 1 <= -M:
             far_lo += tl.sum(ds, 1)
         elif base - (BLOCK_M - 1) >= M:
@@ -358,18 +358,25 @@ if triton is not None:
         return tab, band, far_lo, far_hi
 
     @triton.jit
-    def _fwd_tiles(lo, stop, last, far_bias, m_i, l_i, acc, q, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
+    def _fwd_tiles(lo, stop, far, m_i, l_i, acc, q, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
                    start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, FAR: tl.constexpr):
         """The forward's online softmax over the key tiles lo, lo + BLOCK_N, ... < stop (no key from
         ``hi`` on is loaded: a row of padding alone, whose band loop runs one tile, reads none). FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias``
-        (log2 units) and load no bias, at least one of them (`_far_tiles`); otherwise each tile
+        (log2 units) and load no bias, both sides' in one loop of at least one tile (`_far_walk`,
+        ``far``: (band_lo, right_lo, last, bias before, bias after)); otherwise each tile
         gathers its bias (`_tile_bias`)."""
+        split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
         if FAR:
-            lo, stop, far_bias = _far_tiles(lo, stop, last, far_bias, BLOCK_N)
-        for start_n in range(lo, stop, BLOCK_N):
+            lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_N)
+        for x in range(lo, stop, BLOCK_N):
+            start_n = x
+            far_bias = bias_before
+            if FAR:  # both far spans in one loop (`_far_walk`)
+                start_n = tl.where(x < split, x, x + shift)
+                far_bias = tl.where(x < split, bias_before, bias_after)
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < hi) & d_ok  # keys from hi on: padding, or after every query (causal)
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
@@ -401,7 +408,7 @@ if triton is not None:
     @triton.jit
     def _far_spans(start, lo, hi, M: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr,
                    ONE_BAND: tl.constexpr = False):
-        """The three spans of a program's loop (`FAR_LOOPS`). The program holds ROWS rows from
+        """The spans of a program's far and band loops (`FAR_LOOPS`). The program holds ROWS rows from
         ``start`` (queries in the forward and dQ kernels, keys in dK/dV's) and walks the other axis
         STEP at a time over the tiles lo, lo + STEP, ... < hi (lo a multiple of STEP, hi > lo).
         Returns (band_lo, band_hi, right_lo), band_lo and right_lo multiples of STEP, band_hi =
@@ -410,7 +417,7 @@ if triton is not None:
         (from right_lo); every tile crossing the band (-M, M) lies from band_lo to before band_hi.
         ONE_BAND: the band span holds at least one tile, taken from the far ones if none crosses
         the band (the band loop computes any tile right; a loop that may run no iteration makes
-        ptxas serialize the kernel's matrix products, `_far_tiles`)."""
+        ptxas serialize the kernel's matrix products, `_far_walk`)."""
         # in tiles of STEP first, multiplied last: the compiler then knows every bound a multiple of STEP
         first = (tl.maximum(start - M - STEP + 2, 0) + STEP - 1) // STEP  # the first band tile
         first = tl.minimum(tl.maximum(first, lo // STEP), (hi + STEP - 1) // STEP)
@@ -424,17 +431,27 @@ if triton is not None:
         return band_lo, tl.minimum(right_lo, hi), right_lo
 
     @triton.jit
-    def _far_tiles(lo, stop, last, far_bias, STEP: tl.constexpr):
-        """The span of a far loop (`FAR_LOOPS`) as run: (first, end, bias), end >= first + STEP in a form
-        the compiler sees (the band loop's end is written so too). At least one iteration: a
-        loop that may run none leaves, on that path, its accumulators' initial values copied into
-        the registers of the matrix product in flight past the loop's end, and ptxas then
-        serializes every product of the kernel (C7515; `benchmarks/compile_triton_rpe.py`, ``ser``).
-        An empty span runs the tile at lo (or at ``last``, the last tile start of the walked axis,
-        if lo is past it) with the bias -inf: its probabilities are all 0, so it adds nothing."""
-        live = stop > lo
+    def _far_walk(lo, stop, band_lo, right_lo, last, bias_before, bias_after, STEP: tl.constexpr):
+        """One loop over both far spans of `_far_spans` (`FAR_LOOPS`): the tiles lo, lo + STEP, ... <
+        band_lo, then right_lo, right_lo + STEP, ... < stop. The loop walks positions x = first,
+        first + STEP, ... < end; a position before ``split`` is the tile x, with the bias
+        ``bias_before``; one from split on is the tile x + shift, with ``bias_after``. Returns
+        (first, end, split, shift, bias_before, bias_after).
+
+        At least one iteration, in a form the compiler sees (end >= first + STEP; the band loop's
+        end is written so too): a loop that may run none leaves, on that path, its accumulators'
+        initial values copied into the registers of the matrix product in flight past its end, and
+        ptxas then serializes every product of the kernel (C7515; `compile_triton_rpe.py`, ``ser``).
+        With no far tile at all, the loop runs the tile at lo (or at ``last``, the last tile start of
+        the walked axis, if lo is past it) with the bias -inf: its probabilities are all 0, so it
+        adds nothing. One loop for both spans, not one each, so that a program with far tiles on one
+        side only (the first and last rows' programs) runs no such empty tile."""
+        after = tl.maximum((stop - right_lo + STEP - 1) // STEP, 0)  # far tiles after the band
+        live = (band_lo > lo) | (after > 0)
         first = tl.where(live, lo, tl.minimum(lo, last))
-        return first, tl.maximum(stop, first + STEP), tl.where(live, far_bias, float("-inf"))
+        split = tl.where(live, band_lo, first + STEP)
+        end = tl.maximum(tl.where(live, band_lo + after * STEP, first + STEP), first + STEP)
+        return first, end, split, right_lo - split, tl.where(live, bias_before, float("-inf")), bias_after
 
     @triton.jit
     def _fwd_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, O, LSE,
@@ -474,24 +491,19 @@ if triton is not None:
             hi = tl.minimum(hi, start_m + BLOCK_M)
         rest = (q, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h,
                 sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p)
-        if FAR_LOOPS:  # three loops: the far tiles of each side add one scalar and load no bias
+        if FAR_LOOPS:  # two loops: the far tiles (both sides) add one scalar and load no bias; the band
             end = tl.maximum(hi, 1)  # a row of padding alone runs one band tile, whose keys it does not load
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
-            band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_tiles`)
-            last = (end - 1) // BLOCK_N * BLOCK_N
+            band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_walk`)
             far = PD + h * pd_len + pd_off
-            m_i, l_i, acc = _fwd_tiles(0, band_lo, last, tl.load(far - M), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
-                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                       PRECISION=PRECISION, FAR=True)
-            m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, last, 0.0, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
+            spans = (band_lo, right_lo, (end - 1) // BLOCK_N * BLOCK_N, tl.load(far - M), tl.load(far + M))
+            m_i, l_i, acc = _fwd_tiles(0, end, spans, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True)
+            m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
                                        CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
                                        PRECISION=PRECISION, FAR=False)
-            if not CAUSAL:  # causal: no key after the queries' block, so no tile of this span at all
-                m_i, l_i, acc = _fwd_tiles(right_lo, end, last, tl.load(far + M), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
-                                           CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                           PRECISION=PRECISION, FAR=True)
         else:
-            m_i, l_i, acc = _fwd_tiles(0, hi, 0, 0.0, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
+            m_i, l_i, acc = _fwd_tiles(0, hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                        DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                        FAR=False)
         has_key = l_i > 0.0
@@ -502,7 +514,7 @@ if triton is not None:
         tl.store(LSE + bh * T + offs_m, lse, mask=offs_m < T)
 
     @triton.jit
-    def _dkdv_tiles(lo, stop, last, far_bias, dk, dv, far_lo, far_hi, k, v, Q, DO, LSE, DELTA, pd_keys, key_ok,
+    def _dkdv_tiles(lo, stop, far, dk, dv, far_lo, far_hi, k, v, Q, DO, LSE, DELTA, pd_keys, key_ok,
                     block_padded, seed, bh, b, h, start_n, offs_n, offs_d, d_ok, band_k, dq_head, sq_b, sq_h, sq_t,
                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M: tl.constexpr, HAS_KPM: tl.constexpr,
                     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
@@ -510,10 +522,17 @@ if triton is not None:
                     BAND_K: tl.constexpr, FAR: tl.constexpr):
         """`_bwd_dkdv_kernel`'s loop over the query tiles lo, lo + BLOCK_M, ... < stop. FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias`` and
-        load no bias, at least one of them (`_far_tiles`)."""
+        load no bias, both sides' in one loop of at least one tile (`_far_walk`; ``far``: (band_lo,
+        right_lo, last, bias before, bias after))."""
+        split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
         if FAR:
-            lo, stop, far_bias = _far_tiles(lo, stop, last, far_bias, BLOCK_M)
-        for start_m in range(lo, stop, BLOCK_M):
+            lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_M)
+        for x in range(lo, stop, BLOCK_M):
+            start_m = x
+            far_bias = bias_before
+            if FAR:  # both far spans in one loop (`_far_walk`)
+                start_m = tl.where(x < split, x, x + shift)
+                far_bias = tl.where(x < split, bias_before, bias_after)
             offs_m = start_m + tl.arange(0, BLOCK_M)
             q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
                           mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_M)
@@ -624,29 +643,23 @@ if triton is not None:
                     d_ok, band_k, dq_head, sq_b, sq_h, sq_t, sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p)
             if FAR_LOOPS:  # the early queries see every key at distance >= M, the late ones at <= -M
                 band_lo, band_hi, right_lo = _far_spans(start_n, lo, T, M, BLOCK_N, BLOCK_M, ONE_BAND=True)
-                band_hi = tl.maximum(band_hi, band_lo + BLOCK_M)  # (no more tiles: `_far_tiles`)
-                last = (T - 1) // BLOCK_M * BLOCK_M
+                band_hi = tl.maximum(band_hi, band_lo + BLOCK_M)  # (no more tiles: `_far_walk`)
                 far = PD + h * pd_len + pd_off
-                if not CAUSAL:  # causal: no query before the keys' block, so no tile of this span at all
-                    dk, dv, far_lo, far_hi = _dkdv_tiles(lo, band_lo, last, tl.load(far + M), dk, dv, far_lo, far_hi,
-                                                         *rest, M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                         BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
-                                                         FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q,
-                                                         BAND_K=BAND_K, FAR=True)
-                dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, last, 0.0, dk, dv, far_lo, far_hi, *rest, M=M,
+                spans = (band_lo, right_lo, (T - 1) // BLOCK_M * BLOCK_M, tl.load(far + M), tl.load(far - M))
+                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, spans, dk, dv, far_lo, far_hi, *rest, M=M, HAS_KPM=HAS_KPM,
+                                                     CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M,
+                                                     PRECISION=PRECISION, FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS,
+                                                     BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True)
+                dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi,
+                                                     *rest, M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
+                                                     BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
+                                                     FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
+                                                     FAR=False)
+            else:
+                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi, *rest, M=M,
                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
                                                      BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
                                                      FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False)
-                dk, dv, far_lo, far_hi = _dkdv_tiles(right_lo, T, last, tl.load(far - M), dk, dv, far_lo, far_hi, *rest,
-                                                     M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                     BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
-                                                     FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
-                                                     FAR=True)
-            else:
-                dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, 0, 0.0, dk, dv, far_lo, far_hi, *rest, M=M, HAS_KPM=HAS_KPM,
-                                                     CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M,
-                                                     PRECISION=PRECISION, FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS,
-                                                     BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False)
         if FAR_SUMS:
             out = FAR + (bh * tl.num_programs(0) + pid_n) * 2
             tl.store(out, tl.sum(far_lo, 0))
@@ -657,26 +670,35 @@ if triton is not None:
         tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
 
     @triton.jit
-    def _dq_tiles(lo, stop, last, far_bias, dq, tab, band, far_lo, far_hi, q, do, lse, delta, t_idx, K, V, pd_rows,
+    def _dq_tiles(lo, stop, far, dq, tab, band, far_lo, far_hi, q, do, lse, delta, t_idx, K, V, pd_rows,
                   kpm_ptr, count_ptr, seed, bh, b, h, start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h,
                   sv_t, T, S, qk_scale, dropout_p, M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DQ_PRODUCT: tl.constexpr,
                   KIND: tl.constexpr):
         """`_bwd_dq_kernel`'s loop over the key tiles lo, lo + BLOCK_N, ... < stop (keys from ``hi``
-        on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "lo" and
-        "hi" (every distance clamps to -M, to M: they add the scalar ``far_bias`` and load no bias;
-        `FAR_LOOPS`; at least one of them, `_far_tiles`), "band". DQ_PRODUCT: dq += dS K (not in
-        the band kernel)."""
-        if KIND == "lo" or KIND == "hi":
-            lo, stop, far_bias = _far_tiles(lo, stop, last, far_bias, BLOCK_N)
-        for start_n in range(lo, stop, BLOCK_N):
+        on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "far"
+        (every distance clamps to -M on the tiles before the band, to M on those after it: they add
+        the scalar bias of their side and load no bias; `FAR_LOOPS`; both sides in one loop of at
+        least one tile, `_far_walk`, ``far``: (band_lo, right_lo, last, bias before, bias after)),
+        "band". DQ_PRODUCT: dq += dS K (not in the band kernel)."""
+        split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
+        if KIND == "far":
+            lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_N)
+        for x in range(lo, stop, BLOCK_N):
+            start_n = x
+            far_bias = bias_before
+            before = True
+            if KIND == "far":  # both far spans in one loop (`_far_walk`)
+                before = x < split
+                start_n = tl.where(before, x, x + shift)
+                far_bias = tl.where(before, bias_before, bias_after)
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < hi) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units
-            if KIND == "lo" or KIND == "hi":
+            if KIND == "far":
                 s += far_bias
             else:
                 s += _tile_bias(pd_rows, offs_n)
@@ -698,7 +720,7 @@ if triton is not None:
                 dq += _dot(ds.to(k.dtype), k, PRECISION)
             if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
                 tab, band, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, band, far_lo, far_hi,
-                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED, KIND)
+                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED, KIND, before)
         return dq, tab, band, far_lo, far_hi
 
     @triton.jit
@@ -763,38 +785,32 @@ if triton is not None:
         if BAND_ONLY:  # the tiles with start_n - start_m + BLOCK_N - 1 > -M and start_n - start_m - BLOCK_M + 1 < M
             band_lo = (tl.maximum(start_m - M - BLOCK_N + 2, 0) + BLOCK_N - 1) // BLOCK_N * BLOCK_N
             band_hi = tl.minimum(hi, start_m + M + BLOCK_M - 1)
-            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, 0, 0.0, dq, tab, band, far_lo, far_hi, *rest,
-                                                      M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
-                                                      DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
-                                                      BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
-                                                      KIND="band")
-        elif FAR_LOOPS:  # the key tiles far before the queries, across the band, far after them
-            band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
-            band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_tiles`)
-            last = (end_n - 1) // BLOCK_N * BLOCK_N
-            far = PD + h * pd_len + pd_off
-            dq, tab, band, far_lo, far_hi = _dq_tiles(0, band_lo, last, tl.load(far - M), dq, tab, band, far_lo, far_hi,
-                                                      *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
+            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo,
+                                                      far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="lo")
-            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, last, 0.0, dq, tab, band, far_lo, far_hi, *rest,
-                                                      M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
-                                                      DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
-                                                      BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
-                                                      KIND="band")
-            if not CAUSAL:  # causal: no key after the queries' block, so no tile of this span at all
-                dq, tab, band, far_lo, far_hi = _dq_tiles(right_lo, end_n, last, tl.load(far + M), dq, tab, band,
-                                                          far_lo, far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED,
-                                                          HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
-                                                          TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                                          PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY, KIND="hi")
-        else:
-            dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, 0, 0.0, dq, tab, band, far_lo, far_hi, *rest, M=M,
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band")
+        elif FAR_LOOPS:  # the key tiles far before and after the queries, then across the band
+            band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
+            band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_walk`)
+            far = PD + h * pd_len + pd_off
+            spans = (band_lo, right_lo, (end_n - 1) // BLOCK_N * BLOCK_N, tl.load(far - M), tl.load(far + M))
+            dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, spans, dq, tab, band, far_lo, far_hi, *rest, M=M,
                                                       ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                                       DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
                                                       BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
-                                                      KIND="any")
+                                                      KIND="far")
+            dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo,
+                                                      far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
+                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
+                                                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band")
+        else:
+            dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo, far_hi,
+                                                      *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
+                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
+                                                      BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="any")
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
@@ -894,12 +910,12 @@ def _capability(device: torch.device) -> int:
 # Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-fused row times it beside triton.
 BACKWARDS = ("split", "fused")
 BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
-# FAR_LOOPS (FAR_LOOPS_CHOICES): which kernels walk their other axis in three loops instead of one: the
+# FAR_LOOPS (FAR_LOOPS_CHOICES): which kernels walk their other axis in two loops instead of one: the
 # tiles whose distances all clamp to -M, those crossing the band (-M, M), and those that all clamp to M. The
 # outer loops add the clamped bias as a scalar, so they neither gather a bias tile nor stage it through
 # shared memory (at 64 x 64 tiles and M = 128, 5 of a row's 16 key tiles cross the band at T = 1024, 5 of
 # 32 at 2048), and the dQ kernel's table gradient takes no branch per tile there. Each loop runs at least
-# one tile (`_far_tiles`), so calls shorter than 2 (M + tile) keep one loop (`far_loops_pay`).
+# one tile (`_far_walk`), so calls shorter than 2 (M + tile) keep one loop (`far_loops_pay`).
 # - "none" (the default): one loop everywhere;
 # - "backward": the dK/dV and dQ kernels (sm90 D 64, Triton 3.6, `compile_triton_rpe.py --far-loops`: dQ
 #   26.3 -> 13.2 instructions per element on far tiles, 25.2 on band tiles; dK/dV 17.0 -> 15.2 far, 17.0
@@ -912,10 +928,10 @@ FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none")
 
 
 def far_loops_pay(T: int, S: int, M: int, blocks: tuple) -> bool:
-    """Whether `FAR_LOOPS` walks a call's tiles in three loops: when both axes are longer than
-    2 (M + the largest tile), so that most programs have far tiles on both sides. Each far loop
-    runs at least one tile (`_far_tiles`): on shorter calls the empty spans' tiles would cost more
-    than the far ones save (no far tile at all at T5's decoder lengths, T <= M)."""
+    """Whether `FAR_LOOPS` walks a call's tiles in a far and a band loop: when both axes are longer
+    than 2 (M + the largest tile), so that every program has far tiles. Each loop runs at least one
+    tile (`_far_walk`): on shorter calls the tiles run for empty spans would cost more than the far
+    ones save (no far tile at all at T5's decoder lengths, T <= M)."""
     reach = 2 * (M + max(blocks[:3]))
     return T > reach and S > reach
 _FALLBACKS_LOGGED = set()

@@ -85,7 +85,7 @@ def backward(request, monkeypatch):
 @pytest.fixture(params=["none", "all"], ids=["one-loop", "far-loops"])
 def far_loops(request, monkeypatch):
     """Each loop structure of the kernels (`triton_rpe_attention.FAR_LOOPS`): one loop over every tile, or
-    three in every kernel (far tiles before the band, the band, far tiles after it), forced on every call
+    two in every kernel (the far tiles before and after the band, then the band), forced on every call
     here (`far_loops_pay` keeps them to long calls), so that the tests' short rows reach every case: empty
     far spans, band spans taken from far tiles, rows of padding alone."""
     assert request.param in tra.FAR_LOOPS_CHOICES
@@ -626,7 +626,7 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
 
     bench = load_benchmark("bench_attention", "bench_attention_triton")
     out = tmp_path / "attention.json"
-    # the far rows run their three loops at this short length only with the length rule lifted
+    # the far rows run their far loops at this short length only with the length rule lifted
     assert "keep one loop" in bench.available("triton-far", torch.device("cpu"), 16, 24)
     monkeypatch.setattr(tra, "far_loops_pay", lambda *shape: True)
     far_launches = spy_launches(monkeypatch, "_bwd_dq_kernel", "FAR_LOOPS")
@@ -642,7 +642,7 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
                                           "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2",
                                           "triton-fused:16x16x32x4x3x2x16x2", "triton-fused-far-all:16x16x16x4x3x2")
                          for p in (0.0, 0.1)}
-    assert True in far_launches and False in far_launches  # the far rows' dQ kernels walked three loops
+    assert True in far_launches and False in far_launches  # the far rows' dQ kernels walked far loops
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
         assert (backend == "sdpa") == ("kernels" not in row), row  # --kernel-times: the triton rows
@@ -725,7 +725,7 @@ def test_the_fused_backward_compiles_for_hopper_on_overlapped_wgmma_with_pipelin
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
 def test_the_far_loops_compile_for_hopper_without_serialized_products():
     """`FAR_LOOPS` = "all" at sm90's default tiles, with key padding, with and without dropout: each
-    kernel's three loops run wgmma that ptxas does not serialize (a loop that may run no iteration made
+    kernel's two loops run wgmma that ptxas does not serialize (a loop that may run no iteration made
     it serialize them: `_far_tiles`), pipeline their loads, and do each tile's element-wise work once per
     loop copy; 2 programs per SM at least; each far loop smaller than the band loop (no bias gather)."""
     stdout, lines = compile_check("--variants", "padded", "padded-dropout", "--far-loops", "all")
@@ -907,7 +907,7 @@ def _compiled_kernels(fn) -> list:
 def test_gpu_the_kernels_that_ran_keep_their_matrix_products_overlapped(monkeypatch):
     """ptxas's C7515 note on the kernels the JIT compiled here (every dQ kernel had its products
     serialized until 2026-11-26; `compile_triton_rpe.wgmma_serialized`), for the default tiles
-    with and without padding and dropout, in one loop and in three (`FAR_LOOPS`). Fails if no
+    with and without padding and dropout, in one loop and with far loops (`FAR_LOOPS`). Fails if no
     kernel of the three was found to check."""
     ptxas_log = load_benchmark("compile_triton_rpe")._ptxas_log
     serialized = load_benchmark("compile_triton_rpe").wgmma_serialized
