@@ -375,8 +375,7 @@ if triton is not None:
             start_n = x
             far_bias = bias_before
             if FAR:  # both far spans in one loop (`_far_walk`)
-                start_n = tl.where(x < split, x, x + shift)
-                far_bias = tl.where(x < split, bias_before, bias_after)
+                start_n, far_bias, _ = _far_step(x, split, shift, bias_before, bias_after)
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < hi) & d_ok  # keys from hi on: padding, or after every query (causal)
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
@@ -452,6 +451,13 @@ if triton is not None:
         split = tl.where(live, band_lo, first + STEP)
         end = tl.maximum(tl.where(live, band_lo + after * STEP, first + STEP), first + STEP)
         return first, end, split, right_lo - split, tl.where(live, bias_before, float("-inf")), bias_after
+
+    @triton.jit
+    def _far_step(x, split, shift, bias_before, bias_after):
+        """Walk position ``x`` of a far loop (`_far_walk`): (its tile's start, its scalar bias, whether
+        it lies before the band)."""
+        before = x < split
+        return tl.where(before, x, x + shift), tl.where(before, bias_before, bias_after), before
 
     @triton.jit
     def _fwd_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, O, LSE,
@@ -531,8 +537,7 @@ if triton is not None:
             start_m = x
             far_bias = bias_before
             if FAR:  # both far spans in one loop (`_far_walk`)
-                start_m = tl.where(x < split, x, x + shift)
-                far_bias = tl.where(x < split, bias_before, bias_after)
+                start_m, far_bias, _ = _far_step(x, split, shift, bias_before, bias_after)
             offs_m = start_m + tl.arange(0, BLOCK_M)
             q_t = tl.load(Q + b * sq_b + h * sq_h + offs_m[None, :] * sq_t + offs_d[:, None],
                           mask=(offs_m[None, :] < T) & (offs_d[:, None] < D), other=0.0)  # (BLOCK_D, BLOCK_M)
@@ -690,9 +695,7 @@ if triton is not None:
             far_bias = bias_before
             before = True
             if KIND == "far":  # both far spans in one loop (`_far_walk`)
-                before = x < split
-                start_n = tl.where(before, x, x + shift)
-                far_bias = tl.where(before, bias_before, bias_after)
+                start_n, far_bias, before = _far_step(x, split, shift, bias_before, bias_after)
             offs_n = start_n + tl.arange(0, BLOCK_N)
             kv_ok = (offs_n[:, None] < hi) & d_ok
             k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
