@@ -148,7 +148,7 @@ def test_tile_tuples_take_optional_stages_and_are_checked():
 
 
 @pytest.mark.parametrize("T,S,blocks", [(37, 41, (16, 32, 16, 4)), (1000, 1000, (128, 64, 128, 8, 3, 8, 32)),
-                                         (5, 300, (64, 128, 64, 4))])
+                                         (5, 300, (64, 128, 64, 4)), (5, 7, (16, 16, 16, 4))])
 def test_bias_rows_hold_every_distance_the_tiles_read_in_log2_units(T, S, blocks):
     """`_bias_rows`: the kernels read query i's bias for key j at OFF + j - i without a clamp and
     without a mask, partial tiles' overhang included, so every such index must lie in the row
@@ -167,6 +167,13 @@ def test_bias_rows_hold_every_distance_the_tiles_read_in_log2_units(T, S, blocks
     j = torch.arange(S)[None, :]
     expected = per_distance[:, (j - i).clamp(-M, M) + M] * tra.LOG2E
     torch.testing.assert_close(rows[:, off + j - i].double(), expected, rtol=1e-6, atol=1e-6)
+    # the clamped ends, which the far loops read as scalars (`FAR_LOOPS`), exist even when the call is
+    # shorter than M on either side
+    wide = torch.randn(3, 2 * 40 + 1, dtype=torch.float64)
+    rows, off = tra._bias_rows(wide, T, S, max(blocks[:3]))
+    assert off >= 40 and off + 40 < rows.size(1)
+    torch.testing.assert_close(rows[:, off - 40].double(), wide[:, 0] * tra.LOG2E, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(rows[:, off + 40].double(), wide[:, 80] * tra.LOG2E, rtol=1e-6, atol=1e-6)
 
 
 def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0):
