@@ -57,9 +57,19 @@ With ``--split`` each row also times its forward alone (without gradients): ``fw
 ``bwd ms`` = ms - fwd ms, so that the forward's and the backward's tiles can be chosen apart
 (gpu_check's tile sweep uses it).
 
-Columns: median ms of fwd+bwd (forward only where a backend has no backward on this device),
-TFLOP/s at the nominal 3.5 x 4 B H T S D FLOPs (padding not subtracted), the floor (those FLOPs at
-``--peak-tflops``), and ``err/ref``: the largest error of output and gradients against a float64
+With ``--graph`` (CUDA; nothing on CPU) each triton row, and the flash-nobias, sdpa and
+sdpa-prebuilt rows (`GRAPH_ROWS`; the dense rows take tens of ms, GPU-bound), is also captured once in a CUDA graph
+(warmed up on a side stream first) and its replays timed: ``graph ms``, the GPU time of the call
+without the host's. A row whose capture or replay raises keeps its other figures and gets a
+``graph_note`` (printed after the condition's rows) instead.
+
+Columns: median ms of fwd+bwd (forward only where a backend has no backward on this device; CUDA
+events around one call, then a synchronize), ``host ms``: the median host time of the same calls,
+from just before the call to its return (time.perf_counter, before the synchronize: what the CPU
+spends issuing the PyTorch operations and kernel launches; on CPU the same as ms; where it is
+close to ms, ms is the host's time, not the kernels'), ``graph ms`` with ``--graph`` (n/a without
+a value), TFLOP/s at the nominal 3.5 x 4 B H T S D FLOPs (padding not subtracted), the floor (those
+FLOPs at ``--peak-tflops``), and ``err/ref``: the largest error of output and gradients against a float64
 (CPU) or float32 (CUDA) evaluation of the same function, divided by the error of PyTorch's eager
 path in the same dtype (dropout-free rows only; 1.0 = as accurate as PyTorch itself), and
 ``x sdpa``: sdpa's time divided by the row's, ``x pre``: sdpa-prebuilt's divided by the row's
@@ -75,7 +85,7 @@ import os
 import statistics
 import sys
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -100,6 +110,16 @@ TILE_PREFIXES = ("fused", "far", "far-all")  # --triton-blocks prefixes, joined 
 DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "triton-far-all")
 # rows that leave out part of the work (the table gradient's reduction): compared, never a winner
 PARTIAL = ("sdpa-prebuilt", "triton-frozen")
+GRAPH_WARMUP = 3  # --graph: calls on a side stream before the capture (allocations, compilation, autotuning)
+# --graph's rows: ours (whose host and GPU time we need apart), and the lower bound and base they are
+# read against; the dense rows (tens of ms per call: GPU-bound, and a capture costs as much again) are left out
+GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa")
+
+
+def graphed(name: str) -> bool:
+    """Whether --graph times this row in a CUDA graph (`GRAPH_ROWS` and every triton row)."""
+    base = name.partition(":")[0]
+    return base in GRAPH_ROWS or base in TRITON_ROWS
 NUM_BUCKETS, MAX_DISTANCE = 32, 128  # T5 v1.1
 
 
@@ -125,6 +145,11 @@ def parse_args(argv=None):
     p.add_argument("--kernel-times", action="store_true",
                    help="for the triton rows, also the time of each kernel of one fwd+bwd (torch.profiler, "
                         "mean over the repeats): forward, dK/dV, dQ and the PyTorch work around them")
+    p.add_argument("--graph", action="store_true",
+                   help="CUDA: also capture the call of each triton, flash-nobias, sdpa and sdpa-prebuilt row in a "
+                        "CUDA graph and time its replays (the ``graph ms`` column: the GPU time without the host's, "
+                        "against ``ms`` and ``host ms``); a row whose capture fails gets a graph_note. No effect "
+                        "on CPU")
     p.add_argument("--lengths", type=int, nargs="+", default=None, help="T = S values (default by device)")
     p.add_argument("--batch", type=int, default=None)
     p.add_argument("--heads", type=int, default=None)
@@ -293,15 +318,27 @@ def _without_grad(fn):
     return run
 
 
-def time_ms(fn, device, warmup, repeats) -> float:
+class Timing(NamedTuple):
+    """Median milliseconds per call: ``ms`` until the device finished it (CUDA events; on CPU the wall
+    time), ``host_ms`` until ``fn`` returned (the host's time to issue the call)."""
+    ms: float
+    host_ms: float
+
+
+def time_ms(fn, device, warmup, repeats) -> Timing:
+    """``fn`` timed ``repeats`` times after ``warmup`` calls, one call at a time. On CUDA each call
+    sits between two events and a synchronize, so when issuing it takes the host longer than the
+    kernels take the GPU, ms is the host's time (``host_ms``), not the kernels'."""
     for _ in range(warmup):
         fn()
-    samples = []
+    samples, host = [], []
     for _ in range(repeats):
         if device.type == "cuda":
             start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             start.record()
+            t0 = time.perf_counter()
             fn()
+            host.append((time.perf_counter() - t0) * 1000.0)
             end.record()
             torch.cuda.synchronize()
             samples.append(start.elapsed_time(end))
@@ -309,7 +346,46 @@ def time_ms(fn, device, warmup, repeats) -> float:
             t0 = time.perf_counter()
             fn()
             samples.append((time.perf_counter() - t0) * 1000.0)
-    return statistics.median(samples)
+            host.append(samples[-1])
+    return Timing(statistics.median(samples), statistics.median(host))
+
+
+def graph_ms(fn, repeats) -> Tuple[Optional[float], Optional[str]]:
+    """(median ms of one replay of ``fn`` captured in a CUDA graph, None): the call's GPU time without
+    the host's, its kernels launched back to back; or (None, why) when the capture or a replay raised
+    (a host sync inside the call, an operation that cannot be captured). Warmed up on a side stream
+    first (the recipe of PyTorch's CUDA graph notes), one untimed replay (the graph's upload). The
+    graph and its private memory pool are dropped before returning."""
+    graph = None
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            for _ in range(GRAPH_WARMUP):
+                fn()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+            fn()
+        graph.replay()
+        samples = []
+        for _ in range(repeats):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graph.replay()
+            end.record()
+            torch.cuda.synchronize()
+            samples.append(start.elapsed_time(end))
+        return statistics.median(samples), None
+    except Exception as e:  # noqa: BLE001 - any failure to capture or replay is this row's note, not the run's end
+        # an error inside the capture makes its end raise too ("... during capture"): name the first one
+        while e.__context__ is not None and not e.__suppress_context__:
+            e = e.__context__
+        return None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+    finally:
+        torch.cuda.synchronize()
+        graph = None  # frees the graph's pool (the captured call's outputs and workspace) for empty_cache
+        torch.cuda.empty_cache()
 
 
 def kernel_times(fn, device, repeats: int) -> Dict[str, float]:
@@ -422,8 +498,9 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
     print(f"# attention fwd+bwd, B{args.batch} H{args.heads} D{args.head_dim} {args.dtype} on "
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
           f"median of {args.repeats}; floor at {args.peak_tflops:g} TFLOP/s")
-    header = (f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<20} {'ran':<22} {'ms':>9} {'TFLOP/s':>8} "
-              f"{'floor ms':>8} {'err/ref':>7} {'x sdpa':>6} {'x pre':>6}")
+    header = (f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<20} {'ran':<22} {'ms':>9} {'host ms':>8} "
+              + (f"{'graph ms':>8} " if args.graph else "")
+              + f"{'TFLOP/s':>8} {'floor ms':>8} {'err/ref':>7} {'x sdpa':>6} {'x pre':>6}")
     if args.split:
         header += f" {'fwd ms':>7} {'bwd ms':>7}"
     print(header)
@@ -453,11 +530,11 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                             result = fn()
                             row["ran"] = "+".join(sorted(ab.DISPATCH_COUNTS)) or name
                             row["pass"] = "fwd+bwd" if backward else "fwd"
-                            row["ms"] = time_ms(fn, device, args.warmup, args.repeats)
+                            row["ms"], row["host_ms"] = time_ms(fn, device, args.warmup, args.repeats)
                             row["tflops"] = (flops if backward else flops / 3.5) / (row["ms"] * 1e-3) / 1e12
                             if args.split and backward:
                                 row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
-                                                        args.warmup, args.repeats)
+                                                        args.warmup, args.repeats).ms
                             if args.kernel_times and name.split(":")[0] in TRITON_ROWS:
                                 row["kernels"] = kernel_times(fn, device, args.repeats)
                             if dropout == 0.0:
@@ -471,6 +548,13 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                                 row["max_err"] = max_error(result, ref)
                                 row["torch_err"] = own_err
                                 row["err_ratio"] = row["max_err"] / own_err if own_err > 0 else None
+                            if args.graph and device.type == "cuda" and graphed(name):  # last: a failed
+                                # capture leaves the rest
+                                replay_ms, why = graph_ms(fn, args.repeats)
+                                if why is None:
+                                    row["graph_ms"] = replay_ms
+                                else:
+                                    row["graph_note"] = why
                         except KERNEL_ERRORS as e:  # OOM, kernel refusals, a tile needing too much shared memory
                             row.update(ms=None, note=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
                         if device.type == "cuda":
@@ -485,8 +569,11 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                         row["x_sdpa"] = sdpa_ms / row["ms"]
                     if pre_ms and row.get("ms"):
                         row["x_prebuilt"] = pre_ms / row["ms"]
-                    print(format_row(row), flush=True)
+                    print(format_row(row, args.graph), flush=True)
                 for row in condition_rows:
+                    if row.get("graph_note"):
+                        print(f"# graph of {row['backend']} (T={length} dropout {dropout:g} padded "
+                              f"{'yes' if padded else 'no'}) not timed: {row['graph_note']}", flush=True)
                     if row.get("kernels"):
                         print(f"# kernels of {row['backend']} (T={length} dropout {dropout:g} padded "
                               f"{'yes' if padded else 'no'}), ms per call: "
@@ -520,8 +607,11 @@ def payload(args, device, rows, winners, nobias_winners=()) -> Dict:
                 winners=winners, nobias_winners=list(nobias_winners))
 
 
-def format_row(row) -> str:
+def format_row(row, graph: bool = False) -> str:
+    """One line of the table; ``graph``: with the ``graph ms`` column (--graph)."""
     ms = "n/a" if row.get("ms") is None else f"{row['ms']:.3f}"
+    host = "n/a" if row.get("host_ms") is None else f"{row['host_ms']:.3f}"
+    graph_column = "" if not graph else ("n/a" if row.get("graph_ms") is None else f"{row['graph_ms']:.3f}")
     tf = "" if row.get("tflops") is None else f"{row['tflops']:.1f}"
     err = "" if row.get("err_ratio") is None else f"{row['err_ratio']:.2f}"
     xs = "" if row.get("x_sdpa") is None else f"{row['x_sdpa']:.2f}"
@@ -530,7 +620,8 @@ def format_row(row) -> str:
     if row.get("pass") == "fwd":
         ran = (ran + " (fwd)")[:22]
     line = (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<20} "
-            f"{ran:<22} {ms:>9} {tf:>8} {row['floor_ms']:>8.3f} {err:>7} {xs:>6} {xp:>6}")
+            f"{ran:<22} {ms:>9} {host:>8} " + (f"{graph_column:>8} " if graph else "")
+            + f"{tf:>8} {row['floor_ms']:>8.3f} {err:>7} {xs:>6} {xp:>6}")
     if row.get("fwd_ms") is not None:
         line += f" {row['fwd_ms']:>7.3f} {row['ms'] - row['fwd_ms']:>7.3f}"
     return line

@@ -325,6 +325,7 @@ def main(argv=None) -> int:
                     f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * args.max_distance + 1),
                                                   TABLE_GRAD=True, BLOCK_M=block_bwd, BLOCK_N=step_bwd, BAND_ONLY=False,
+                                                  DELTA_OUT=True,
                                                   **tra._band_layout(args.max_distance, block_bwd, step_bwd)),
                     f"{block_bwd}x{step_bwd}",
                     bwd_warps, bwd_stages, bwd_tile, bwd_tile))
@@ -332,7 +333,7 @@ def main(argv=None) -> int:
             (fwd, (_, dkdv, dkdv_consts, *dkdv_rest), (_, dq_fn, dq_consts, *dq_rest)) = kernels
             kernels = (fwd, ("dkdv+dq", dkdv, dict(dkdv_consts, FUSE_DQ=True, FAR_SUMS=True, BAND_Q=block_bwd,
                                                     BAND_K=step_bwd), *dkdv_rest),
-                       ("band", dq_fn, dict(dq_consts, BAND_ONLY=True), *dq_rest))
+                       ("band", dq_fn, dict(dq_consts, BAND_ONLY=True, DELTA_OUT=False), *dq_rest))
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints)

@@ -21,7 +21,9 @@
 #   build            the fused_ops CUDA extension in place (about 20 s)      60   30  build.log
 #   bench_attention  bench_attention.py --device cuda at T = S = 1024 (the
 #                    issue's shape): every backend, dropout 0 and 0.1,
-#                    padding or not; the triton kernels' own times          120   60  attention.log
+#                    padding or not; the triton kernels' own times, each
+#                    row's host time, the triton/flash/sdpa rows' CUDA-graph
+#                    replay (--graph)                                       120   60  attention.log
 #   attention_profile  profile_attention_kernels.py: the triton kernels'
 #                    hardware counters under Nsight Compute (issue slots,
 #                    tensor pipe, occupancy, stall reasons, the hottest
@@ -34,7 +36,8 @@
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
 #                    step, auto vs each single backend at dropout 0 and
 #                    0.1, and HF (issue 10's auto target)                   150   90  bench_model.log
-#   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048     150   60  attention.log
+#   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048
+#                    (--graph too)                                          150   60  attention.log
 #   recipe           bench_recipe.py --device cuda: fairseq-hydra-train
 #                    base + single_gpu, 200 updates on the default corpus
 #                    (MFU, memory, OOM recoveries, recompilations)          260  150  recipe.log
@@ -214,7 +217,7 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 #   NAME                     CAP MIN LOG
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
 run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
-  --kernel-times --json "$WORK/attention.json"
+  --kernel-times --graph --json "$WORK/attention.json"
 run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
   --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
@@ -226,7 +229,7 @@ run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION
 run bench_model              150  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --json "$WORK/model.json"
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
-  --lengths 512 2048 --json "$WORK/attention_lengths.json"
+  --lengths 512 2048 --graph --json "$WORK/attention_lengths.json"
 run recipe                   260 150 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \
   --work "$WORK" --log "$OUTDIR/recipe.log" --json "$WORK/recipe.json"
 run bench_train              240 150 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile \

@@ -405,8 +405,10 @@ def _triton(q, k, v, bias: "FoldedBias", dropout_p, scale):
     from .triton_rpe_attention import triton_rpe_attention
 
     _count("triton-rpe")
-    return triton_rpe_attention(q, k, v, bias.rel.per_distance, key_padding_mask=bias.key_padding_mask,
-                                causal=bias.causal, dropout_p=dropout_p, scale=scale)
+    shared = bias.triton_inputs()  # None under torch.compile
+    return triton_rpe_attention(q, k, v, bias.rel.per_distance, shared=shared, causal=bias.causal,
+                                key_padding_mask=bias.key_padding_mask if shared is None else None,
+                                dropout_p=dropout_p, scale=scale)
 
 
 def _needs_table_grad(rel: RelativeBias) -> bool:
@@ -437,10 +439,23 @@ class FoldedBias:
             self._block_mask = flex_block_mask(key_padding_mask, causal, rel.q_len, rel.k_len,
                                                rel.per_distance.device)
             self._has_block_mask = True
+        self._triton_inputs = None
         self._flex_dense = None
         if flex and FLEX_TABLE_GRAD == "dense" and _needs_table_grad(rel) and rel.per_distance.is_cuda:
             # built here, once per stack, outside any layer's activation checkpoint
             self._flex_dense = rel.dense().float()
+
+    def triton_inputs(self):
+        """The `triton_rpe_attention.SharedInputs` of this stack's layers (padding counts and bias
+        rows built by the first layer's call, reused by the others); None under torch.compile, where
+        no traced code mutates this object (each call builds its own, inductor fuses them)."""
+        if torch.compiler.is_compiling():
+            return None
+        if self._triton_inputs is None:
+            from .triton_rpe_attention import SharedInputs
+
+            self._triton_inputs = SharedInputs(self.key_padding_mask)
+        return self._triton_inputs
 
     def flex_dense(self, dtype) -> torch.Tensor:
         """The (1, H, T, S) bias flex reads when the table needs a gradient (FLEX_TABLE_GRAD)."""

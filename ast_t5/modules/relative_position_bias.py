@@ -129,6 +129,9 @@ class RelativePositionBias(nn.Module):
         self.max_distance = max_distance
         self.bidirectional = bidirectional
         self.embedding = nn.Embedding(num_buckets, num_heads)
+        # the bucket of each distance -M..M: fixed, so made once (not a dozen launches per call); not
+        # saved in checkpoints
+        self.register_buffer("buckets", distance_buckets(bidirectional, num_buckets, max_distance), persistent=False)
 
     def forward(self, q_len: int, k_len: int, query_offset: int = 0) -> RelativeBias:
         """Bias for queries ``query_offset + [0, q_len)`` against keys ``[0, k_len)``.
@@ -139,9 +142,7 @@ class RelativePositionBias(nn.Module):
             ``.dense()`` gives the (1, num_heads, q_len, k_len) tensor, broadcastable over batch.
             `attention_backends.fold_masks` turns it into what the chosen backend takes.
         """
-        buckets = distance_buckets(self.bidirectional, self.num_buckets, self.max_distance,
-                                   device=self.embedding.weight.device)
-        return RelativeBias(self.embedding(buckets).t(), q_len, k_len, query_offset)
+        return RelativeBias(self.embedding(self.buckets).t(), q_len, k_len, query_offset)
 
     def extra_repr(self) -> str:
         return (f"heads={self.num_heads}, buckets={self.num_buckets}, "

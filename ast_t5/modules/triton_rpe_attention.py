@@ -10,8 +10,8 @@ the FlashAttention-2 paper (Dao, 2023): no code of other projects is copied.
 Forward (one program per (query block, batch x head)): loops over key blocks with an online
 softmax (running max and sum in fp32), saves the log-sum-exp per query row for the backward. The
 bias is gathered per tile (`_tile_bias`) from one row per head that holds every distance of the
-call, unclamped (`_bias_rows`: (H, T + S - 1 + 2 pad) floats built per call from the (H, 2 M + 1)
-vector; until 2026-11-25 the kernels clamped each element's index into that vector, about 4.5
+call, unclamped (`_bias_rows`: (H, T + S - 1 + 2 pad) floats built from the (H, 2 M + 1) vector
+once per stack, `SharedInputs`; until 2026-11-25 the kernels clamped each element's index into that vector, about 4.5
 more instructions per element), loaded unconditionally so that Triton's pipeliner stages it
 into shared memory ahead of use, like K and V. (Until 2026-11-23 a tile whose
 distances all clamp added one scalar instead; that branch made the compiler load the bias in
@@ -56,12 +56,19 @@ Backward (`BACKWARD` = "split", the default), two kernels, with no atomics anywh
 - dK/dV: one program per (key block of BLOCK keys, batch x head) looping over queries STEP at
   a time, on transposed tiles (keys as rows): it recomputes P^T = exp2(K Q^T + bias - lse) (log2 units),
   dV += P_drop^T dO, dP^T = V dO^T (dropout mask applied), dS^T = P^T (dP^T - delta) with
-  delta = rowsum(dO * O) (computed by PyTorch beforehand), dK += dS^T Q. K and V are staged into shared memory once and
+  delta = rowsum(dO * O), dK += dS^T Q. K and V are staged into shared memory once and
   every product's left operand is either them or a tile already in registers; in the untransposed
   form, K and V are re-staged and P and dS transposed through shared memory on every iteration.
 - dQ: one program per (query block of BLOCK queries, batch x head) looping over keys STEP at a
   time, dQ += dS K. Its loop runs at least once: a compiled path skipping it made ptxas serialize
   every matrix product of the kernel (until 2026-11-26; `benchmarks/compile_triton_rpe.py`, ``ser``).
+  It runs first and computes delta for its rows from its dO tile and O's, writing it for the dK/dV
+  kernel (``DELTA_OUT``; until 2026-11-26 four PyTorch operations over (B, H, T, D), about 350 MB of
+  memory traffic at B16 H12 T1024 D64 in fp32, and four launches of host time).
+The host's side of a call (`SharedInputs`): the bias rows and the padding counts are built once per
+stack and reused by its layers, and unused pointer arguments share one placeholder tensor, so that a
+layer's call issues about 10 PyTorch operations besides the three kernels (29 until 2026-11-26;
+benchmarks/bench_triton_host.py).
 On 8 warps a program takes 128 rows, so that each of the two warpgroups owns 64 of them: with
 square 64 x 64 tiles on 8 warps (the default until 2026-11-24), Triton laid the chained products
 over 8 warps along the rows, and both warpgroups computed the same 64 rows (up to 1.67x the
@@ -727,18 +734,21 @@ if triton is not None:
         return dq, tab, band, far_lo, far_hi
 
     @triton.jit
-    def _bwd_dq_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DQ, DTAB,
+    def _bwd_dq_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, O, LSE, DELTA, DQ, DTAB,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                        sg_b, sg_h, sg_t,
                        H, T, S, D, pd_len, pd_off, scale, dropout_p,
                        M: tl.constexpr, TAB: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                       PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False):
+                       PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False,
+                       DELTA_OUT: tl.constexpr = False):
         """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
-        come from there too)."""
+        come from there too). DELTA_OUT (the split backward, which runs this kernel first): delta =
+        rowsum(dO o) computed here from O (laid out as DQ) and written to DELTA for the dK/dV kernel;
+        otherwise read from DELTA."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -755,7 +765,12 @@ if triton is not None:
         q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :], mask=q_ok, other=0.0)
         do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :], mask=q_ok, other=0.0)
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
-        delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
+        if DELTA_OUT:  # one pass over this block's rows of O instead of four PyTorch operations over all of them
+            o = tl.load(O + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], mask=q_ok, other=0.0)
+            delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
+            tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
+        else:
+            delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
         pd_rows = PD + h * pd_len + pd_off - offs_m  # `_tile_bias`
         kpm_ptr = KPM + b * S
         count_ptr = PAD_COUNT + b * (S + 1)  # `_any_padded`
@@ -1067,12 +1082,14 @@ def _bias_rows(per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
     and two address instructions (about 4.5 SASS instructions per element fewer in each kernel:
     BENCHMARKS.md). Entries OFF - M and OFF + M always exist: the clamped ends, which the far
     tiles of `FAR_LOOPS` add as scalars. (H, T + S - 1 + 2 pad) floats (more if T or S is under
-    M), about 0.2 MB at H12 T=S=2048, built per call from the (H, 2 M + 1) table."""
+    M), about 0.2 MB at H12 T=S=2048, built from the (H, 2 M + 1) table in two or three launches
+    (the table scaled, then its end entries repeated outwards: a replicate pad), once per stack
+    (`SharedInputs`)."""
     M = (per_distance.size(1) - 1) // 2
     before, after = max(T - 1 + pad, M), max(S + pad, M + 1)  # -M and M included: `FAR_LOOPS` reads them
-    distance = torch.arange(-before, after, device=per_distance.device)
-    rows = per_distance.detach().to(torch.float32) * LOG2E
-    return rows[:, distance.clamp(-M, M) + M].contiguous(), before
+    scaled = per_distance.detach().to(torch.float32) * LOG2E
+    rows = torch.nn.functional.pad(scaled[None], (before - M, after - M - 1), mode="replicate")[0]
+    return rows, before
 
 
 def _padding_counts(key_padding: torch.Tensor) -> tuple:
@@ -1084,12 +1101,17 @@ def _padding_counts(key_padding: torch.Tensor) -> tuple:
     the padded tail costs nothing, as block masks spare FlexAttention. The counts tell a tile of
     unpadded keys in two scalar loads (`_any_padded`): such a tile skips its mask. Padding
     elsewhere in a row (left padding, holes) is masked as before."""
-    B, S = key_padding.shape
+    S = key_padding.size(1)
     position = torch.arange(1, S + 1, dtype=torch.int32, device=key_padding.device)
     keys_end = torch.where(key_padding == 0, position, 0).amax(1).to(torch.int32)
-    counts = torch.zeros(B, S + 1, dtype=torch.int32, device=key_padding.device)
-    counts[:, 1:] = key_padding.to(torch.int32).cumsum(1)
+    counts = torch.nn.functional.pad(key_padding.cumsum(1, dtype=torch.int32), (1, 0))
     return keys_end, counts
+
+
+def _padding_inputs(key_padding_mask: torch.Tensor, device: torch.device) -> tuple:
+    """The kernels' padding inputs: the (B, S) mask as uint8, and `_padding_counts`."""
+    kpm = key_padding_mask.to(device=device, dtype=torch.uint8).contiguous()
+    return (kpm, *_padding_counts(kpm))
 
 
 def _draw_seed(device: torch.device) -> torch.Tensor:
@@ -1097,20 +1119,71 @@ def _draw_seed(device: torch.device) -> torch.Tensor:
     return torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=device)
 
 
+_PLACEHOLDERS = {}  # (device, dtype) -> a one-element tensor
+
+
+def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
+    """A one-element tensor for a pointer argument the kernel compiles out (no padding mask, no
+    dropout seed, no table gradient), made once per device and dtype, not once per call."""
+    if torch.compiler.is_compiling():
+        return torch.zeros(1, dtype=dtype, device=device)
+    key = (device, dtype)
+    if key not in _PLACEHOLDERS:
+        _PLACEHOLDERS[key] = torch.zeros(1, dtype=dtype, device=device)
+    return _PLACEHOLDERS[key]
+
+
+class SharedInputs:
+    """What the kernels read that every layer of a stack shares, built by the first layer's call
+    and reused by the others: the key padding mask as uint8 with its counts (`_padding_counts`), and
+    the bias rows (`_bias_rows`) of the stack's per-distance table. `attention_backends.FoldedBias`
+    holds one per stack, outside torch.compile (`FoldedBias.triton_inputs`); a call of
+    `triton_rpe_attention` without one builds them for itself. Built per call, these are about a
+    dozen small launches, which on a GPU cost host time more than GPU time (the benchmark's ``host
+    ms``). Under torch.compile nothing is kept: each call builds its own, and inductor fuses those
+    operations into its graph."""
+
+    def __init__(self, key_padding_mask: Optional[torch.Tensor] = None):
+        self.key_padding_mask = key_padding_mask  # (B, S), True (nonzero) at padded keys
+        self._padding = None
+        self._rows = None  # (per_distance, its version, (T, S, pad), rows, offset)
+
+    def padding(self, device: torch.device) -> Optional[tuple]:
+        """None without a mask; else the (B, S) uint8 mask, (B,) keys end and (B, S + 1) counts."""
+        if self.key_padding_mask is None:
+            return None
+        if self._padding is not None:
+            return self._padding
+        padding = _padding_inputs(self.key_padding_mask, device)
+        if not torch.compiler.is_compiling():
+            self._padding = padding
+        return padding
+
+    def bias_rows(self, per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
+        """`_bias_rows`, kept while the layers pass the same table, unchanged, at the same shape."""
+        kept = self._rows
+        if kept is not None and kept[0] is per_distance and kept[1] == per_distance._version \
+                and kept[2] == (T, S, pad):
+            return kept[3], kept[4]
+        rows, offset = _bias_rows(per_distance, T, S, pad)
+        if not torch.compiler.is_compiling():
+            self._rows = (per_distance, per_distance._version, (T, S, pad), rows, offset)
+        return rows, offset
+
+
 class _TritonRPEAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, per_distance, key_padding, causal, dropout_p, scale, blocks):
+    def forward(ctx, q, k, v, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p, scale, blocks):
+        # pd, pd_off: `_bias_rows`; kpm, kv_end, pad_count: `_padding_inputs`, or None without padding
         B, H, T, D = q.shape
         S = k.size(2)
         M = (per_distance.size(1) - 1) // 2
         q, k, v = _as_kernel_input(q), _as_kernel_input(k), _as_kernel_input(v)
-        pd, pd_off = _bias_rows(per_distance, T, S, max(blocks[:3]))
-        kpm = key_padding if key_padding is not None else torch.zeros(1, dtype=torch.uint8, device=q.device)
-        if key_padding is not None:
-            kv_end, pad_count = _padding_counts(key_padding)
-        else:
-            kv_end = pad_count = torch.zeros(1, dtype=torch.int32, device=q.device)
-        seed = _draw_seed(q.device) if dropout_p > 0 else torch.zeros(1, dtype=torch.int64, device=q.device)
+        has_kpm = kpm is not None
+        if not has_kpm:
+            kpm = _placeholder(q.device, torch.uint8)
+            kv_end = pad_count = _placeholder(q.device, torch.int32)
+        seed = _draw_seed(q.device) if dropout_p > 0 else _placeholder(q.device, torch.int64)
         block_m, block_n, _, warps, stages, _, _, _ = blocks
         far_loops = FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -1121,12 +1194,12 @@ class _TritonRPEAttention(torch.autograd.Function):
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             H, T, S, D, pd.size(1), pd_off, float(scale), float(dropout_p),
-            M=M, HAS_KPM=key_padding is not None, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
+            M=M, HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
             FAR_LOOPS=far_loops and FAR_LOOPS == "all", num_warps=warps, num_stages=stages)
         ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse)
         ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to
-        ctx.meta = (key_padding is not None, bool(causal), float(dropout_p), float(scale), blocks,
+        ctx.meta = (has_kpm, bool(causal), float(dropout_p), float(scale), blocks,
                     per_distance.dtype, M, pd_off)
         return o
 
@@ -1138,7 +1211,6 @@ class _TritonRPEAttention(torch.autograd.Function):
         S = k.size(2)
         _, _, block_bwd, _, _, warps, step_bwd, stages = blocks
         do = _as_kernel_input(grad_out)
-        delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)
         # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
         dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
         dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
@@ -1151,7 +1223,7 @@ class _TritonRPEAttention(torch.autograd.Function):
                 logging.getLogger(__name__).warning("triton attention: %s", why)
         n_blocks = triton.cdiv(T, block_bwd)  # programs of the dQ kernel, which reduces the table gradient
         n_key_blocks = triton.cdiv(S, block_bwd)  # programs of the dK/dV kernel
-        unused = torch.zeros(1, dtype=torch.float32, device=q.device)
+        unused = _placeholder(q.device, torch.float32)
         dtab = torch.empty(B * H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
             else unused
         if fused:  # dQ accumulated in fp32 by the dK/dV kernel's atomic adds; the far tiles' table sums there too
@@ -1160,9 +1232,11 @@ class _TritonRPEAttention(torch.autograd.Function):
                                  dtype=torch.float32, device=q.device)
             far = torch.empty(B * H, n_key_blocks, 2, dtype=torch.float32, device=q.device) if table_grad \
                 else unused
+            delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # the dK/dV kernel runs first
         else:
             dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
             dq_acc = far = unused
+            delta = torch.empty(B * H, T, dtype=torch.float32, device=q.device)  # written by the dQ kernel
         precision = _precision(q.dtype)
         common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
                       BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, FAR_LOOPS=ctx.far_loops,
@@ -1170,18 +1244,25 @@ class _TritonRPEAttention(torch.autograd.Function):
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         acc_strides = dq_acc.stride()[:3] if fused else (0, 0, 0)
+
+        def dq_kernel():  # dQ and the table gradient (fused: the band's table gradient alone)
+            _bwd_dq_kernel[(n_blocks, B * H)](
+                q, k, v, pd, kpm, kv_end, pad_count, seed, do, o, lse, delta, unused if fused else dq, dtab,
+                *strides, *(acc_strides if fused else dq.stride()[:3]),
+                H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
+                **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
+                BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
+
+        if not fused:  # first: it writes delta (O laid out as dQ: both made by torch.empty(q.shape))
+            assert o.stride() == dq.stride()
+            dq_kernel()
         _bwd_dkdv_kernel[(n_key_blocks, B * H)](
             q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, dk, dv, dq_acc, far, *strides,
             *dk.stride()[:3], *acc_strides, H, T, S, D, pd.size(1), pd_off, scale, dropout_p,
             BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=fused, FAR_SUMS=fused and table_grad,
             BAND_Q=block_bwd, BAND_K=step_bwd, **common)
-        if table_grad or not fused:
-            _bwd_dq_kernel[(n_blocks, B * H)](
-                q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, unused if fused else dq, dtab, *strides,
-                *(acc_strides if fused else dq.stride()[:3]),
-                H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
-                **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused,
-                BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
+        if fused and table_grad:
+            dq_kernel()
         d_table = None
         if table_grad:
             d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2))
@@ -1195,18 +1276,21 @@ class _TritonRPEAttention(torch.autograd.Function):
             if scale != 1.0:  # T5 scales nothing
                 dq_acc.mul_(scale)
             dq = dq_acc.to(q.dtype, memory_format=torch.contiguous_format)
-        return dq, dk, dv, d_table, None, None, None, None, None
+        return dq, dk, dv, d_table, None, None, None, None, None, None, None, None, None
 
 
 def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_distance: torch.Tensor, *,
                          key_padding_mask: Optional[torch.Tensor] = None, causal: bool = False,
-                         dropout_p: float = 0.0, scale: float = 1.0, blocks=None) -> torch.Tensor:
+                         dropout_p: float = 0.0, scale: float = 1.0, blocks=None,
+                         shared: Optional[SharedInputs] = None) -> torch.Tensor:
     """Biased attention on the Triton kernels (module docstring).
 
     Args:
         q: (B, H, T, D); k, v: (B, H, S, D); fp16/bf16/fp32.
         per_distance: (H, 2 M + 1): bias per head and clamped distance key - query.
         key_padding_mask: optional (B, S) bool, True at padded keys.
+        shared: the inputs the layers of a stack share (`SharedInputs`, holding the stack's padding
+            mask: then pass no ``key_padding_mask``); by default built for this call alone.
         causal: keys after the query are masked (T == S).
         dropout_p: attention-probability dropout (0 in eval).
         scale: multiplier of q k^T.
@@ -1229,13 +1313,21 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     if BACKWARD not in BACKWARDS:
         raise ValueError(f"triton_rpe_attention.BACKWARD (AST_T5_TRITON_BACKWARD) must be one of {BACKWARDS}, "
                          f"got {BACKWARD!r}")
+    if shared is not None and key_padding_mask is not None:
+        raise ValueError("pass the key padding mask in `shared` (SharedInputs) or as key_padding_mask, not both")
     dropout_p = effective_dropout_p(dropout_p)
-    kpm = None
-    if key_padding_mask is not None:
-        kpm = key_padding_mask.to(device=q.device, dtype=torch.uint8).contiguous()
     blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device,
                                                                          dropout=dropout_p > 0))
-    return _TritonRPEAttention.apply(q, k, v, per_distance, kpm, causal, dropout_p, scale, blocks)
+    T, S, pad = q.size(2), k.size(2), max(blocks[:3])
+    if shared is None:
+        pd, pd_off = _bias_rows(per_distance, T, S, pad)
+        padding = None if key_padding_mask is None else _padding_inputs(key_padding_mask, q.device)
+    else:
+        pd, pd_off = shared.bias_rows(per_distance, T, S, pad)
+        padding = shared.padding(q.device)
+    kpm, kv_end, pad_count = (None, None, None) if padding is None else padding
+    return _TritonRPEAttention.apply(q, k, v, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p,
+                                     scale, blocks)
 
 
 def effective_dropout_p(dropout_p: float) -> float:

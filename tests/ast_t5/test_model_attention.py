@@ -220,6 +220,22 @@ def test_relative_bias_dense_equals_the_bucket_matrix_lookup():
     assert torch.equal(rel.dense(), module.embedding(buckets).permute(2, 0, 1)[None])
 
 
+def test_relative_bias_keeps_its_buckets_once_and_out_of_checkpoints():
+    """The bucket of each distance is a buffer made at construction (not a dozen launches per call):
+    it follows the module's device, keeps its integer dtype through a float cast, and is not saved,
+    so checkpoints hold the table alone and load both ways."""
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=False)
+    assert torch.equal(module.buckets, distance_buckets(False, 32, 128))
+    assert list(module.state_dict()) == ["embedding.weight"]
+    module.double()
+    assert module.buckets.dtype == torch.int64
+    rel = module(4, 9)
+    assert torch.equal(rel.per_distance, module.embedding(distance_buckets(False, 32, 128)).t())
+    fresh = RelativePositionBias(HEADS, 32, 128, bidirectional=False).double()
+    fresh.load_state_dict(module.state_dict(), strict=True)
+    assert torch.equal(fresh(4, 9).dense(), rel.dense())
+
+
 @pytest.mark.parametrize("q_len,k_len,offset", [(6, 11, 0), (2, 9, 7)])
 def test_distance_gradient_formula_matches_autograd_of_the_eager_path(q_len, k_len, offset):
     """The table gradient = scatter-sum of dS over (batch, diagonal), then over buckets: checked
@@ -545,13 +561,14 @@ def test_unpadding_is_one_graph_without_host_reads():
 def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
     """benchmarks/bench_attention.py's CPU smoke mode (tiny shape, no flex: its CPU compile is slow).
     sdpa-prebuilt (the dense bias built outside the timed call) gets its own rows, is compared
-    (``x pre``) but never wins: it leaves out the table gradient."""
+    (``x pre``) but never wins: it leaves out the table gradient. Every timed row has its host time
+    (on CPU the same as ms); ``--graph`` does nothing on CPU but show its column as n/a."""
     import json
 
     bench = load_benchmark("bench_attention")
     out = tmp_path / "sub" / "attention.json"
     assert bench.main(["--backends", "eager", "sdpa", "sdpa-prebuilt", "auto", "flash-nobias", "sdpa-nobias",
-                       "--lengths", "24", "--dropouts", "0", "--repeats", "1", "--warmup", "0",
+                       "--lengths", "24", "--dropouts", "0", "--repeats", "1", "--warmup", "0", "--graph",
                        "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = payload["rows"]
@@ -563,9 +580,15 @@ def test_attention_benchmark_cpu_mode_writes_its_table(tmp_path, capsys):
         (False, ["flash-nobias", "sdpa-nobias"]), (True, ["flash-nobias", "sdpa-nobias"])]
     for row in rows:
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd", row
+        assert row["host_ms"] > 0 and row["host_ms"] == row["ms"], row  # CPU: the same perf_counter samples
+        assert "graph_ms" not in row and "graph_note" not in row, row
         assert row["max_err"] < 1e-5 and row["err_ratio"] is not None, row
     assert {row["ran"] for row in rows if row["backend"] == "auto"} == {"sdpa"}
-    assert "err/ref" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    header = next(line for line in printed.splitlines() if "err/ref" in line)
+    assert header.split()[5:10] == ["ms", "host", "ms", "graph", "ms"], header
+    eager = next(line for line in printed.splitlines() if " eager " in line)
+    assert eager.split()[5:8] == [f"{rows[0]['ms']:.3f}", f"{rows[0]['host_ms']:.3f}", "n/a"], eager
     with pytest.raises(SystemExit) as exc:
         bench.main(["--device", "cuda"] if not torch.cuda.is_available() else ["--lengths", "1"])
     assert exc.value.code == 2
@@ -595,7 +618,87 @@ def test_attention_benchmark_records_a_backend_s_triton_error_and_measures_the_o
                        "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
     rows = {row["backend"]: row for row in json.loads(out.read_text())["rows"]}
     assert rows["sdpa"]["ms"] is None and rows["sdpa"]["note"].startswith("OutOfResources:"), rows["sdpa"]
+    assert "host_ms" not in rows["sdpa"] and " n/a n/a " in " ".join(bench.format_row(rows["sdpa"]).split())
     assert rows["eager"]["ms"] > 0 and rows["eager"]["max_err"] < 1e-5, rows["eager"]
+
+
+class _FakeEvent:
+    """torch.cuda.Event stand-in: each pair of records measures the next of ``TIMES``."""
+    TIMES = []
+
+    def __init__(self, enable_timing=False):
+        pass
+
+    def record(self):
+        pass
+
+    def elapsed_time(self, end):
+        return _FakeEvent.TIMES.pop(0)
+
+
+def test_attention_benchmark_graph_timing_warms_up_captures_once_and_names_a_failed_capture_s_first_error(
+        monkeypatch):
+    """bench_attention.graph_ms (``--graph``) without a GPU, on stand-ins for torch.cuda's streams,
+    events and graphs: warm-up calls on a side stream, one call under the capture, the median of the
+    replays' event times; a call that fails under the capture (whose end then fails too) gives the
+    first error as the note; the graph is dropped and the cache emptied either way."""
+    import contextlib
+
+    bench = load_benchmark("bench_attention", "bench_attention_graph_cpu")
+    log = []
+
+    class Graph:
+        def replay(self):
+            log.append("replay")
+
+    @contextlib.contextmanager
+    def capture(graph, capture_error_mode="global"):
+        assert capture_error_mode == "thread_local"
+        log.append("capture")
+        try:
+            yield
+        except RuntimeError:
+            raise RuntimeError("CUDA error: operation failed due to a previous error during capture\nmore")
+        finally:
+            log.append("capture end")
+
+    class Stream:
+        def wait_stream(self, other):
+            pass
+
+    @contextlib.contextmanager
+    def on_stream(stream):
+        log.append("side stream")
+        yield
+        log.append("main stream")
+
+    cuda = torch.cuda
+    monkeypatch.setattr(cuda, "Stream", Stream)
+    monkeypatch.setattr(cuda, "current_stream", Stream)
+    monkeypatch.setattr(cuda, "stream", on_stream)
+    monkeypatch.setattr(cuda, "CUDAGraph", Graph)
+    monkeypatch.setattr(cuda, "graph", capture)
+    monkeypatch.setattr(cuda, "Event", _FakeEvent)
+    monkeypatch.setattr(cuda, "synchronize", lambda: log.append("sync"))
+    monkeypatch.setattr(cuda, "empty_cache", lambda: log.append("empty_cache"))
+    _FakeEvent.TIMES = [0.5, 0.2, 0.3]
+    assert bench.graph_ms(lambda: log.append("call"), 3) == (0.3, None)
+    warm = ["call"] * bench.GRAPH_WARMUP
+    assert log == (["side stream", *warm, "main stream", "capture", "call", "capture end", "replay"]
+                   + ["replay", "sync"] * 3 + ["sync", "empty_cache"]), log
+
+    def host_sync():
+        if "capture" in log and "capture end" not in log:
+            raise RuntimeError("CUDA error: operation not permitted when stream is capturing\nCUDA kernel errors")
+
+    log.clear()
+    replay_ms, why = bench.graph_ms(host_sync, 3)
+    assert replay_ms is None and why == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
+    assert "replay" not in log and log[-2:] == ["sync", "empty_cache"], log
+    # which rows --graph captures: ours and the rows they are read against, not the dense ones
+    assert all(bench.graphed(name) for name in ("triton", "triton-far", "triton-far-all:64x64x64x4x2",
+                                                "flash-nobias", "sdpa", "sdpa-prebuilt"))
+    assert not any(bench.graphed(name) for name in ("eager", "fused", "flex", "flex-distance"))
 
 
 def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without_autograd():
@@ -611,6 +714,27 @@ def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without
     folded, _, _ = ab.fold_masks("flex", module(9, 9), pad, causal=False)
     with_grad = folded.dense_mask(torch.float32)
     assert with_grad.requires_grad and folded.dense is None  # not cached: checkpoint-safe
+
+
+@requires_cuda
+def test_attention_benchmark_graph_times_sdpa_and_triton_rows_on_gpu(tmp_path):
+    """bench_attention.py --graph on CUDA: the sdpa and triton rows, with and without dropout and
+    padding, capture in a CUDA graph (no host sync inside the call: the triton backend draws its seed
+    on the device) and their replays are timed; every row has its host time too."""
+    import json
+
+    bench = load_benchmark("bench_attention", "bench_attention_graph")
+    out = tmp_path / "attention.json"
+    assert bench.main(["--device", "cuda", "--backends", "sdpa", "triton", "--lengths", "256", "--batch", "2",
+                       "--heads", "4", "--head-dim", "64", "--dropouts", "0", "0.1", "--repeats", "3",
+                       "--warmup", "1", "--graph", "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["rows"]
+    assert {(r["backend"], r["dropout"], r["padded"]) for r in rows} == {
+        (b, p, pad) for b in ("sdpa", "triton") for p in (0.0, 0.1) for pad in (False, True)}
+    for row in rows:
+        assert row["ms"] > 0 and row["host_ms"] > 0, row
+        assert "graph_note" not in row and row["graph_ms"] > 0, row
+    assert any(r["ran"] == "triton-rpe" for r in rows if r["backend"] == "triton"), rows
 
 
 @requires_cuda

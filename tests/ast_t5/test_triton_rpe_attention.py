@@ -317,6 +317,131 @@ def test_far_loops_run_on_long_calls_only_and_equal_one_loop(monkeypatch):
 
 
 @cpu_only
+def test_a_stacks_layers_share_the_bias_rows_and_padding_counts(monkeypatch):
+    """`SharedInputs`, held by a stack's `FoldedBias`: the first layer's call builds the bias rows and the
+    padding counts, the next layers reuse them, and their results and gradients equal calls that build
+    their own. Another table, the same table changed in place, or another length builds the rows again;
+    under torch.compile nothing is kept (`FoldedBias.triton_inputs` gives None)."""
+    built = {"rows": 0, "counts": 0}
+    real_rows, real_counts = tra._bias_rows, tra._padding_counts
+
+    def rows(*args):
+        built["rows"] += 1
+        return real_rows(*args)
+
+    def counts(*args):
+        built["counts"] += 1
+        return real_counts(*args)
+
+    monkeypatch.setattr(tra, "_bias_rows", rows)
+    monkeypatch.setattr(tra, "_padding_counts", counts)
+    monkeypatch.setattr(tra, "BLOCKS_OVERRIDE", SMALL)
+    T, D, M = 37, 16, 8
+    q, k, v, table, kpm = make(2, 2, T, T, D, M, pad=True)
+    grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
+    folded, fpad, _ = ab.fold_masks("triton", RelativeBias(table, T, T), kpm, False)
+    assert fpad is None
+    shared = [fwd_bwd(lambda *x: ab.attention(*x[:3], bias=folded, backend="triton"), [q, k, v, table], grad)
+              for _ in range(3)]  # three layers of one stack
+    assert built == {"rows": 1, "counts": 1}
+    own = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm), [q, k, v, table], grad)
+    assert built == {"rows": 2, "counts": 2}
+    for result in shared:
+        assert max(max_errors(result, own)) == 0.0
+    inputs = folded.triton_inputs()
+    pad = max(SMALL[:3])
+    inputs.bias_rows(table, T, T, pad)
+    assert built["rows"] == 2
+    inputs.bias_rows(table * 1.0, T, T, pad)  # another table
+    inputs.bias_rows(table, T, T + 1, pad)  # another shape
+    assert built["rows"] == 4
+    before = built["rows"]
+    inputs.bias_rows(table, T, T, pad)
+    with torch.no_grad():
+        table.mul_(2.0)  # the table changed in place (an optimizer step)
+    rebuilt, _ = inputs.bias_rows(table, T, T, pad)
+    assert built["rows"] == before + 2
+    torch.testing.assert_close(rebuilt, real_rows(table, T, T, pad)[0])
+    with pytest.raises(ValueError, match="not both"):
+        tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, shared=inputs)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    traced, _, _ = ab.fold_masks("triton", RelativeBias(table, T, T), kpm, False)
+    assert traced.triton_inputs() is None
+    held = tra.SharedInputs(kpm)
+    held.padding(q.device)
+    held.bias_rows(table, T, T, pad)
+    assert held._padding is None and held._rows is None
+
+
+@cpu_only
+def test_the_split_backward_takes_delta_from_the_dq_kernel(monkeypatch, backward):
+    """The split backward launches the dQ kernel first, which writes delta = rowsum(dO o) for the dK/dV
+    kernel (no PyTorch operation over (B, H, T, D) tensors in the backward); the fused backward, whose
+    dK/dV kernel runs first, computes delta in PyTorch. Either way the dK/dV kernel reads the right delta."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    order = []
+
+    def spy(name):
+        real = getattr(tra, name)
+
+        class Spy:
+            def __getitem__(self, grid):
+                def launch(*args, **kwargs):
+                    order.append((name, kwargs.get("DELTA_OUT")))
+                    in_kernel.append(name)  # the interpreter's own tensor work, and this check, are not counted
+                    try:
+                        if name == "_bwd_dkdv_kernel":  # q k v pd kpm kv_end pad_count seed do lse delta ...
+                            do, delta = args[8], args[10]
+                            expected = (do.double() * launched_o[0].double()).sum(-1).reshape(delta.shape)
+                            torch.testing.assert_close(delta.double(), expected, rtol=1e-5, atol=1e-5)
+                        return real[grid](*args, **kwargs)
+                    finally:
+                        in_kernel.pop()
+                return launch
+        monkeypatch.setattr(tra, name, Spy())
+
+    launched_o, in_kernel = [], []
+    real_fwd = tra._fwd_kernel
+
+    class FwdSpy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched_o.append(args[8])  # q k v pd kpm kv_end pad_count seed o
+                return real_fwd[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(tra, "_fwd_kernel", FwdSpy())
+    spy("_bwd_dq_kernel")
+    spy("_bwd_dkdv_kernel")
+    B, H, T, D, M = 2, 2, 37, 16, 8
+    q, k, v, table, kpm = make(B, H, T, T, D, M, pad=True)
+    grad = torch.randn(B, H, T, D, generator=torch.Generator().manual_seed(1))
+    out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=SMALL)
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.wide = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            views = (torch.ops.aten.detach.default, torch.ops.aten.view.default, torch.ops.aten.alias.default)
+            if not in_kernel and func not in views and any(isinstance(a, torch.Tensor) and a.shape == (B, H, T, D)
+                                                           for a in args):
+                self.wide.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Ops() as ops:
+        torch.autograd.grad(out, [q, k, v, table], grad)
+    if backward == "split":
+        assert order == [("_bwd_dq_kernel", True), ("_bwd_dkdv_kernel", None)]
+        assert ops.wide == [], ops.wide
+    else:
+        assert order == [("_bwd_dkdv_kernel", None), ("_bwd_dq_kernel", False)]
+        assert "aten.mul.Tensor" in ops.wide  # (dO o) in fp32
+
+
+@cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rect"])
 def test_fused_backward_launches_the_band_kernel_only_for_the_table_gradient(blocks, monkeypatch):
     """The fused backward: dQ comes from the dK/dV kernel's atomic adds, so the band kernel (the dQ kernel
@@ -595,6 +720,67 @@ def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch
         assert torch.equal(outs[0], outs[1]) and not torch.equal(outs[0], outs[2])
 
 
+@pytest.mark.skipif(CUDA, reason="CUDA host: the script measures the host's work on CPU tensors")
+def test_host_work_benchmark_counts_fewer_operations_per_layer_in_a_stack():
+    """benchmarks/bench_triton_host.py (in a process of its own: it needs the interpreter's import of
+    triton): per layer call, the stack path (shared bias rows and padding counts) issues fewer PyTorch
+    operations than calls that build their own, and neither computes delta in PyTorch."""
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_triton_host.py")
+    result = subprocess.run([sys.executable, script, "--layers", "3", "--repeats", "2"], capture_output=True,
+                            text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    rows = dict(re.findall(r"^(call|stack)\s+([0-9.]+\s+[0-9.]+)$", result.stdout, re.M))
+    assert set(rows) == {"call", "stack"}, result.stdout
+    (call_ms, call_ops), (stack_ms, stack_ops) = (map(float, rows[name].split()) for name in ("call", "stack"))
+    assert call_ms > 0 and stack_ms > 0
+    # per layer: the forward's allocations and the backward's, plus (call) the table lookup, bias rows and
+    # padding counts of each call; 47 and 29 before the rows, counts and delta were shared or moved
+    assert stack_ops < call_ops <= 24, result.stdout
+    assert "stack / call" in result.stdout
+
+
+@cpu_only
+@pytest.mark.parametrize("checkpointed", [False, True], ids=["plain", "checkpointed"])
+def test_a_model_on_the_triton_backend_traces_as_one_graph(checkpointed, monkeypatch):
+    """Under torch.compile (fullgraph) a t5_v11 model on the triton backend is one graph, its attention
+    calls inside it, with activation checkpointing too: nothing traced mutates the stack's `FoldedBias`
+    or `SharedInputs` (a mutation is an unsafe side effect inside a checkpoint, and dynamo then gave up
+    on the layers). The kernels are replaced by no-ops: dynamo cannot trace the interpreter, and their
+    results are the other tests' concern; the GPU test compiles them for real."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    for name in ("_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel"):
+        monkeypatch.setattr(tra, name, NoLaunch())
+    torch._dynamo.reset()
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0,
+                                       attention_backend="triton", checkpoint_activations=checkpointed).train()
+    src = torch.randint(4, len(d), (2, 19), generator=torch.Generator().manual_seed(0))
+    src[1, -5:] = d.pad()
+    prev = torch.randint(4, len(d), (2, 11), generator=torch.Generator().manual_seed(1))
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm)
+        return gm
+
+    out = torch.compile(model, backend=backend, fullgraph=True)(src, None, prev)[0]
+    out.float().sum().backward()
+    assert len(graphs) == 1
+    code = "\n".join(module.code for module in graphs[0].modules() if hasattr(module, "code"))
+    assert code.count("autograd_function_apply") >= 4  # encoder and decoder self-attention, two layers each
+    torch._dynamo.reset()
+
+
 @cpu_only
 def test_activation_checkpointing_recomputes_the_same_dropout_mask(backward):
     """checkpoint_activations=true recomputes each layer in backward: the kernel's seed comes from
@@ -628,7 +814,8 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     itself (no fallback), its error is PyTorch's order, tile variants get their own rows, and
     every condition names a winner in the JSON. The tile rows give the backward its own warps
     (and stages); ``--split`` times each row's forward alone too, ``--kernel-times`` lists the
-    triton rows' kernels (here the profiler's CPU operators)."""
+    triton rows' kernels (here the profiler's CPU operators). Every row has its host time; ``--graph``
+    does nothing on CPU."""
     import json
 
     bench = load_benchmark("bench_attention", "bench_attention_triton")
@@ -642,7 +829,7 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
                        "fused+far-all:16,16,16,4,3,2",
                        "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
-                       "--split", "--kernel-times", "--json", str(out)]) == 0
+                       "--split", "--kernel-times", "--graph", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
     assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton-far",
@@ -652,6 +839,7 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     assert True in far_launches and False in far_launches  # the far rows' dQ kernels walked far loops
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
+        assert row["host_ms"] > 0 and "graph_ms" not in row and "graph_note" not in row, row
         assert (backend == "sdpa") == ("kernels" not in row), row  # --kernel-times: the triton rows
         if backend != "sdpa":
             assert row["kernels"] and all(ms > 0 for ms in row["kernels"].values()), row

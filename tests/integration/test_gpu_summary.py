@@ -61,6 +61,10 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert "target <= 1.0 ms: not met (1.250)" in out
     assert "x pre 1.50 (target >= 2: not met)" in out
     assert "fused n/a" in out  # a row that did not run
+    # figures without host ms and graph ms (a run before --graph): the ms alone, the target line still there
+    assert "triton 2.000 (host" not in out and "flash bias-free 0.700, " not in out
+    assert out.count("    1.0 ms target, triton row: ms 2.000 (not met), graph ms n/a\n") == 1
+    assert out.count("1.0 ms target, triton row:") == 3  # one per condition at 1024, none at 512
     assert "attention at T=S=512" in out and out.count("target <= 1.0 ms") == 1
     assert "triton kernels: _bwd_dq_kernel 0.900, _fwd_kernel 0.500" in out
     assert "triton p0 / dQ: 900.0, 40.0, 20.0, 18.0, latency (long_scoreboard); long_scoreboard 4.0, wait 1.0" in out
@@ -76,6 +80,28 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert ("bench_train: ours 300000 tokens/s, MFU 33.0%; HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: "
             "met), peak memory ours / HF 0.90x") in out
     assert "tests: 60 passed" in out and "failed tests: tests/x.py::test_y" in out
+
+
+def test_host_and_graph_times_stand_beside_the_ms_and_the_target_line_states_both(tmp_path):
+    """bench_attention --graph figures: the triton and flash rows' host ms and graph ms beside their ms,
+    and per condition the triton row's ms and graph ms against the 1.0 ms target (a row whose capture
+    failed: graph n/a and why)."""
+    figures = {"attention": {"device_name": "NVIDIA H200", "rows": [
+        row("triton", 0.0, False, 2.28, host_ms=1.4, graph_ms=0.88),
+        row("flash-nobias", 0.0, False, 0.7, host_ms=0.3, graph_ms=0.65),
+        row("triton", 0.1, False, 2.5, host_ms=1.5, graph_note="RuntimeError: operation not permitted when stream "
+                                                               "is capturing"),
+        row("flash-nobias", 0.1, False, 0.8, graph_ms=0.75)]}}
+    proc = run(tmp_path, figures)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert "dropout 0 padded no : triton 2.280 (host 1.400, graph 0.880), fused n/a" in out
+    assert "flash bias-free 0.700 (host 0.300, graph 0.650)" in out
+    assert "    1.0 ms target, triton row: ms 2.280 (not met), graph ms 0.880 (met)" in out
+    assert "dropout 0.1 padded no : triton 2.500 (host 1.500), fused" in out
+    assert "flash bias-free 0.800 (graph 0.750)" in out
+    assert ("    1.0 ms target, triton row: ms 2.500 (not met), graph ms n/a (RuntimeError: operation not "
+            "permitted when stream is capturing)") in out
 
 
 def test_a_call_that_measured_little_still_reads_and_a_bad_file_says_why(tmp_path):
