@@ -39,6 +39,9 @@ gradient reaching the table, as in the model:
   bias as a scalar (``triton_rpe_attention.FAR_LOOPS`` = "backward", "all"); n/a at lengths where
   the kernels keep one loop (`far_loops_pay`). A ``far:`` or ``far-all:`` prefix of
   ``--triton-blocks`` does the same for those tiles (``fused+far:`` with the fused backward);
+- triton-bits: the triton row with its dropout keep mask drawn once per call into one bit per element,
+  which the forward, dK/dV and dQ kernels read (``triton_rpe_attention.DROPOUT_MASK`` = "bits") instead
+  of each running Philox itself; n/a without dropout (the triton row's kernels);
 - triton-frozen: the triton row with the bucket table frozen (no table gradient: the dQ kernel
   without its per-distance reduction): what that reduction costs. It leaves out work, so it never
   wins a condition;
@@ -95,17 +98,22 @@ from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
-            "triton-far", "triton-far-all", "triton-frozen", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias")
+            "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "auto", "flash-nobias", "sdpa-nobias",
+            "flex-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
                "sdpa-prebuilt": ("sdpa", "sdpa-masked-no-cudnn"), "flex": ("flex",), "flex-distance": ("flex",),
                "triton": ("triton-rpe",)}  # every triton row (TRITON_ROWS) too
-# the triton backend's rows and their structure (triton_rpe_attention's BACKWARD, FAR_LOOPS); a tile row is
-# one of them (not triton-frozen) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
-TRITON_ROWS = {"triton": ("split", "none"), "triton-fused": ("fused", "none"), "triton-frozen": ("split", "none"),
-               "triton-far": ("split", "backward"), "triton-far-all": ("split", "all"),
-               "triton-fused-far": ("fused", "backward"), "triton-fused-far-all": ("fused", "all")}
+# the triton backend's rows and the settings of triton_rpe_attention each runs with (BACKWARD, FAR_LOOPS,
+# DROPOUT_MASK; the rest at the module's defaults, as the triton row); a tile row is one of them (not
+# triton-frozen) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
+TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused"}, "triton-frozen": {},
+               "triton-far": {"FAR_LOOPS": "backward"}, "triton-far-all": {"FAR_LOOPS": "all"},
+               "triton-fused-far": {"BACKWARD": "fused", "FAR_LOOPS": "backward"},
+               "triton-fused-far-all": {"BACKWARD": "fused", "FAR_LOOPS": "all"},
+               "triton-bits": {"DROPOUT_MASK": "bits"}}
+DROPOUT_ROWS = ("triton-bits",)  # rows that differ from the triton row only with dropout: n/a without
 TILE_PREFIXES = ("fused", "far", "far-all")  # --triton-blocks prefixes, joined by "+": fused+far:...
 DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "triton-far-all")
 # rows that leave out part of the work (the table gradient's reduction): compared, never a winner
@@ -251,20 +259,24 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         return run if backward else _without_grad(run)
     base, _, tiles = name.partition(":")
     if base in TRITON_ROWS and base not in ("triton", "triton-frozen") or (base == "triton" and tiles):
-        # a structure (BACKWARD, FAR_LOOPS) and/or tiles under test (--triton-blocks)
+        # settings (BACKWARD, FAR_LOOPS, DROPOUT_MASK) and/or tiles under test (--triton-blocks)
         from ast_t5.modules import triton_rpe_attention as tra
 
-        structure, far_loops = TRITON_ROWS[base]
-        blocks = tuple(int(x) for x in tiles.split("x")) if tiles else None
+        if base in DROPOUT_ROWS and dropout == 0:
+            return None
+        settings = dict(TRITON_ROWS[base], BLOCKS_OVERRIDE=tuple(int(x) for x in tiles.split("x")) if tiles
+                        else tra.BLOCKS_OVERRIDE)
 
         def run_structured():
-            saved = tra.BLOCKS_OVERRIDE, tra.BACKWARD, tra.FAR_LOOPS
-            tra.BLOCKS_OVERRIDE, tra.BACKWARD, tra.FAR_LOOPS = blocks or saved[0], structure, far_loops
+            saved = {name: getattr(tra, name) for name in settings}
+            for name, value in settings.items():
+                setattr(tra, name, value)
             try:
                 folded, _, _ = ab.fold_masks("triton", table(length, length), pad, False, dtype=dtype)
                 return finish(ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton"))
             finally:
-                tra.BLOCKS_OVERRIDE, tra.BACKWARD, tra.FAR_LOOPS = saved
+                for name, value in saved.items():
+                    setattr(tra, name, value)
         return run_structured if backward else _without_grad(run_structured)
     if name == "sdpa-prebuilt":
         # the dense (1, H, T, S) bias with the masks folded in, built once outside the timed call, as a
@@ -456,8 +468,8 @@ def available(name, device, head_dim: int = 64, length: Optional[int] = None) ->
             return f"triton is not importable ({tra.TRITON_IMPORT_ERROR})"
         if device.type == "cpu" and not tra.INTERPRETED:
             return "CPU: set TRITON_INTERPRET=1"
-        structure, far_loops = TRITON_ROWS[base]
-        if structure == "fused":
+        far_loops = TRITON_ROWS[base].get("FAR_LOOPS", "none")
+        if TRITON_ROWS[base].get("BACKWARD") == "fused":
             why = tra.fused_backward_unfit(device, head_dim)
             if why:
                 return why
@@ -523,7 +535,9 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                     backward = backward_supported(name, device)
                     fn = None if why else step_fn(name, *case, dropout, backward)
                     if fn is None:
-                        row.update(ms=None, note=why or "no dropout in FlexAttention")
+                        row.update(ms=None, note=why or ("the triton row's kernels without dropout"
+                                                         if name.partition(":")[0] in DROPOUT_ROWS
+                                                         else "no dropout in FlexAttention"))
                     else:
                         try:
                             ab.DISPATCH_COUNTS.clear()

@@ -184,22 +184,28 @@ def peak_tflops(name: str, override: float) -> float:
 
 
 # what a user can pin; auto is compared with them. The triton backend's other structures, not auto's yet:
-# (triton_rpe_attention.BACKWARD, FAR_LOOPS) during their own models' steps (`with_structure`)
-TRITON_STRUCTURES = {"triton-fused": ("fused", "none"), "triton-far": ("split", "backward")}
+# triton_rpe_attention's settings (BACKWARD, FAR_LOOPS, DROPOUT_MASK) during their own models' steps
+# (`with_structure`); those of DROPOUT_ONLY differ from the triton model only with dropout (left out without)
+TRITON_STRUCTURES = {"triton-fused": {"BACKWARD": "fused"}, "triton-far": {"FAR_LOOPS": "backward"},
+                     "triton-bits": {"DROPOUT_MASK": "bits"}}
+DROPOUT_ONLY = ("triton-bits",)
 SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton", *TRITON_STRUCTURES)
 
 
-def with_structure(step, backward: str = "split", far_loops: str = "none"):
-    """``step`` with the triton backend's backward structure and far loops set while it runs."""
+def with_structure(step, **settings):
+    """``step`` with these settings of triton_rpe_attention (BACKWARD="fused", FAR_LOOPS="backward",
+    DROPOUT_MASK="bits"...) while it runs."""
     from ast_t5.modules import triton_rpe_attention as tra
 
     def run():
-        saved = tra.BACKWARD, tra.FAR_LOOPS
-        tra.BACKWARD, tra.FAR_LOOPS = backward, far_loops
+        saved = {name: getattr(tra, name) for name in settings}
+        for name, value in settings.items():
+            setattr(tra, name, value)
         try:
             return step()
         finally:
-            tra.BACKWARD, tra.FAR_LOOPS = saved
+            for name, value in saved.items():
+                setattr(tra, name, value)
     return run
 
 
@@ -247,6 +253,8 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
             base, hf_model = build_pair(arch, shape, device, torch.float32, "auto", p, **sizes)
             models = {}
             for b in ("auto", *backends):
+                if b in DROPOUT_ONLY and p == 0:
+                    continue
                 cfg = dataclasses.replace(base.cfg, attention_backend="triton" if b in TRITON_STRUCTURES else b)
                 if compile_backend:
                     cfg = dataclasses.replace(cfg, compile=True, compile_backend=compile_backend)
@@ -264,7 +272,7 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
                  for name, m in models.items()}
         for b, structure in TRITON_STRUCTURES.items():
             if f"ours[{b}]" in steps:
-                steps[f"ours[{b}]"] = with_structure(steps[f"ours[{b}]"], *structure)
+                steps[f"ours[{b}]"] = with_structure(steps[f"ours[{b}]"], **structure)
         kernels, same_as, failed = {}, {}, {}
         for name in list(steps):  # the first step also compiles flex/triton kernels: not timed
             try:

@@ -74,6 +74,10 @@ def parse_args(argv=None):
                    help="triton_rpe_attention.FAR_LOOPS: which kernels walk their far tiles in a loop of their own "
                         "(adding the clamped bias as a scalar); with it, ``i/el`` is the band loop's and ``far`` "
                         "the far loop's")
+    p.add_argument("--dropout-mask", choices=("bits", "philox"), default=None,
+                   help="triton_rpe_attention.DROPOUT_MASK (default: the module's): every kernel loads the keep "
+                        "mask's bits, drawn once by _dropout_bits_kernel (bits, its figures on a line of their own), "
+                        "or draws the mask itself with Philox (philox); dropout variants only")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -100,7 +104,7 @@ def _signature(fn, dtype, consts):
             sig[name] = f"*{dtype}"
         elif name in fp32_pointers:
             sig[name] = "*fp32"
-        elif name == "KPM":
+        elif name in ("KPM", "DMASK", "BITS"):
             sig[name] = "*u8"
         elif name in ("KV_END", "PAD_COUNT"):
             sig[name] = "*i32"
@@ -281,6 +285,19 @@ def wgmma_serialized(ptxas_log: str):
     return found.group(1).strip() if found else None
 
 
+def bits_kernel_line(arch: int, dtype: str) -> str:
+    """A ``#`` line on `_dropout_bits_kernel` (the dropout keep mask's bits, drawn once per call):
+    its registers and SASS instructions per element of the mask (8 per byte it writes)."""
+    from ast_t5.modules import triton_rpe_attention as tra
+
+    block, warps = 1024, 4
+    kernel = compile_kernel(tra._dropout_bits_kernel, dtype, dict(BLOCK=block), arch, warps, 1, dict(n_calls=1 << 20))
+    count = len(re.findall(r"^\s+/\*[0-9a-f]{4}\*/", _cuobjdump(kernel, "-sass"), re.M))
+    return (f"# {arch} dropout bits kernel (_dropout_bits_kernel, {block} bytes per program, {warps} warps): "
+            f"{resources(kernel)['regs']} registers, {count / (block * 8 / (32 * warps)):.1f} SASS instructions per "
+            f"mask element")
+
+
 def resources(kernel) -> dict:
     """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
     found = re.search(r"REG:(\d+) STACK:(\d+)", _cuobjdump(kernel, "--dump-resource-usage"))
@@ -298,8 +315,10 @@ def main(argv=None) -> int:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
     spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = full_exp = serialized = 0
+    args.dropout_mask = args.dropout_mask or tra.DROPOUT_MASK
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
-          f"(B, {args.heads}, {args.length}, D) tensors, max_distance {args.max_distance}")
+          f"(B, {args.heads}, {args.length}, D) tensors, max_distance {args.max_distance}, dropout mask "
+          f"{args.dropout_mask}")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<7} {'tiles':<14} "
           f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'ser':<3} {'pipe':<4} {'dup':>4} {'conv':>4} "
           f"{'ex2':<4} {'i/el':>5} {'far':>5} {'s':>5}")
@@ -316,14 +335,20 @@ def main(argv=None) -> int:
         common = dict(M=args.max_distance, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32",
                       FAR_LOOPS=args.far_loops != "none")
+        # the dropout mask (triton_rpe_attention.DROPOUT_MASK): every kernel reads its bits (drawn by a kernel of
+        # its own: `bits_kernel_line`)
+        bits = dropout and args.dropout_mask == "bits"
         bwd_tile = block_bwd * step_bwd
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n,
-                                                  FAR_LOOPS=args.far_loops == "all"), f"{block_m}x{block_n}",
+                                                  FAR_LOOPS=args.far_loops == "all", DROPOUT_BITS=bits),
+                    f"{block_m}x{block_n}",
                     warps, stages, 0, block_m * block_n),
-                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=False,
+                   ("dkdv", tra._bwd_dkdv_kernel, dict(common, DROPOUT_BITS=bits, BLOCK_N=block_bwd,
+                                                        BLOCK_M=step_bwd, FUSE_DQ=False,
                                                         FAR_SUMS=False, BAND_Q=block_bwd, BAND_K=step_bwd),
                     f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
-                   ("dq", tra._bwd_dq_kernel, dict(common, TAB=tra._next_pow2(2 * args.max_distance + 1),
+                   ("dq", tra._bwd_dq_kernel, dict(common, DROPOUT_BITS=bits,
+                                                  TAB=tra._next_pow2(2 * args.max_distance + 1),
                                                   TABLE_GRAD=True, BLOCK_M=block_bwd, BLOCK_N=step_bwd, BAND_ONLY=False,
                                                   DELTA_OUT=True,
                                                   **tra._band_layout(args.max_distance, block_bwd, step_bwd)),
@@ -368,6 +393,9 @@ def main(argv=None) -> int:
                   f"{info['per_element']:>5.1f} {'-' if info['far'] is None else format(info['far'], '.1f'):>5} "
                   f"{time.time() - t0:>5.1f}",
                   flush=True)
+    if args.dropout_mask == "bits" and any(VARIANTS[v][2] for v in args.variants):
+        for arch in args.arch:
+            print(bits_kernel_line(arch, args.dtype), flush=True)
     print(f"{spills} kernel(s) with a spill stack")
     print(f"{unpipelined} kernel(s) without pipelined loads")
     print(f"{ampere_mma_on_hopper} sm90 kernel(s) without wgmma")

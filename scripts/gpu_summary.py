@@ -65,9 +65,9 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         def ms(name):
             return by.get(name, {}).get("ms")
         split, fused, frozen = ms("triton"), ms("triton-fused"), ms("triton-frozen")
-        far, far_all = ms("triton-far"), ms("triton-far-all")
+        far, far_all, bits = ms("triton-far"), ms("triton-far-all"), ms("triton-bits")
         pre, flash = ms("sdpa-prebuilt"), ms("flash-nobias")
-        best = min((v for v in (split, fused, far, far_all) if v is not None), default=None)
+        best = min((v for v in (split, fused, far, far_all, bits) if v is not None), default=None)
 
         def versus(value):
             return "" if None in (split, value) else f" ({split / value:.2f}x)"
@@ -75,7 +75,8 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         line = (f"  dropout {dropout:g} padded {'yes' if padded else 'no '}: triton {_ms(split)}"
                 f"{_host_graph(triton_row)}, fused {_ms(fused)}"
                 f"{versus(fused)}, far {_ms(far)}{versus(far)}, far-all {_ms(far_all)}{versus(far_all)}"
-                f", frozen {_ms(frozen)}"
+                + (f", bits {_ms(bits)}{versus(bits)}" if dropout > 0 else "")
+                + f", frozen {_ms(frozen)}"
                 f"{'' if None in (split, frozen) else f' (table gradient {100 * (split - frozen) / split:.0f}%)'}"
                 f", sdpa-prebuilt {_ms(pre)}, flash bias-free {_ms(flash)}{_host_graph(flash_row)}")
         if best is not None and not padded and dropout == 0 and length == 1024:

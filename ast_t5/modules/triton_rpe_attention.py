@@ -51,6 +51,11 @@ multiple of 2^-16 (`effective_dropout_p`; 0.1 -> 0.100006), and kept values are 
 1 / (1 - that rate). Philox costs about seventy integer instructions per call, and the mask is
 drawn three times (forward, dK/dV, dQ): one call per element would cost several times the
 tile's tensor-core time. `dropout_keep_mask` materialises the mask (tests, the eager reference).
+With `DROPOUT_MASK` = "bits" (AST_T5_TRITON_DROPOUT_MASK; not the default until measured on a GPU)
+the mask is drawn once per call instead, by `_dropout_bits_kernel`, a streaming pass that writes
+one byte per Philox call (a bit per element, B H T S / 8 bytes kept for the backward), and the
+three kernels load their bytes rather than run Philox: on sm90 at the default tiles about 25 fewer
+instructions per element over the three kernels' loops for the bits kernel's 11 (BENCHMARKS.md).
 
 Backward (`BACKWARD` = "split", the default), two kernels, with no atomics anywhere:
 - dK/dV: one program per (key block of BLOCK keys, batch x head) looping over queries STEP at
@@ -277,31 +282,63 @@ if triton is not None:
         return edge
 
     @triton.jit
-    def _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    def _keep(rng, bh, start_m, start_n, T, S, dropout_p, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              FROM_BITS: tl.constexpr = False):
         """Dropout keep mask of the tile of queries start_m .. start_m + BLOCK_M - 1 and keys
         start_n .. start_n + BLOCK_N - 1 (starts multiples of 16, blocks >= 16): 16 random bits
         per element, 8 elements per Philox call (module docstring); keep where the bits >= 65536 p
-        (p a multiple of 2^-16, `effective_dropout_p`).
+        (p a multiple of 2^-16, `effective_dropout_p`). ``rng``: (the int64 seed, the call's bit
+        mask). FROM_BITS (`DROPOUT_MASK`): the keep bits are loaded from the bit mask that
+        `_dropout_bits_kernel` drew, one byte per Philox call, instead of drawn here.
 
         The tile is built as (i16, a, r8, j16, c, q, e) with query i = 16 i16 + 8 a + r8 and key
         j = 16 j16 + 8 c + 2 q + e: Philox runs on the (i16, r8, j16, q) grid, and its word 2 a + c
         gives keys 2 q, 2 q + 1 their high and low halves. Those 8 elements are the ones a thread
         holds in the tensor-core accumulator layouts of sm80 and sm90, so no two threads of a
-        warpgroup compute the same call.
+        warpgroup compute the same call, and a thread reads the byte of each of its calls, whose bit
+        4 a + 2 c + e is element (a, c, e)'s.
         """
+        seed, bits_ptr = rng
         i16 = (start_m // 16 + tl.arange(0, BLOCK_M // 16)).to(tl.int64)[:, None, None, None, None, None, None]
         r8 = tl.arange(0, 8)[None, None, :, None, None, None, None]
         j16 = (start_n // 16 + tl.arange(0, BLOCK_N // 16))[None, None, None, :, None, None, None]
         q4 = tl.arange(0, 4)[None, None, None, None, None, :, None]
         counter = (((bh.to(tl.int64) * ((T + 15) // 16) + i16) * ((S + 15) // 16) + j16) * 8 + r8) * 4 + q4
-        r0, r1, r2, r3 = tl.randint4x(seed, counter, _PHILOX_ROUNDS)
         a = tl.arange(0, 2)[None, :, None, None, None, None, None]
         c = tl.arange(0, 2)[None, None, None, None, :, None, None]
         e = tl.arange(0, 2)[None, None, None, None, None, None, :]
-        word = tl.where(a == 0, tl.where(c == 0, r0, r1), tl.where(c == 0, r2, r3))
-        bits = tl.where(e == 0, word >> 16, word & 0xFFFF)
-        bits = tl.reshape(bits, (BLOCK_M, BLOCK_N)).to(tl.float32)  # exact: below 2^16
-        return bits >= dropout_p * 65536.0  # an integer too
+        if FROM_BITS:  # tiles overhang the call's 16-blocks: no byte there (nor a key or query to keep)
+            in_call = (i16 < (T + 15) // 16) & (j16 < (S + 15) // 16)
+            byte = tl.load(bits_ptr + counter, mask=in_call, other=0).to(tl.int32)
+            keep = (byte & (1 << (4 * a + 2 * c + e))) != 0
+        else:
+            r0, r1, r2, r3 = tl.randint4x(seed, counter, _PHILOX_ROUNDS)
+            word = tl.where(a == 0, tl.where(c == 0, r0, r1), tl.where(c == 0, r2, r3))
+            bits = tl.where(e == 0, word >> 16, word & 0xFFFF).to(tl.float32)  # exact: below 2^16
+            keep = bits >= dropout_p * 65536.0  # an integer too
+        return tl.reshape(keep, (BLOCK_M, BLOCK_N))
+
+    @triton.jit
+    def _keep_pair(word, threshold):
+        """The keep bits of a Philox word's two elements, as `_keep` draws them: bit 0 from its high
+        half, bit 1 from its low half."""
+        high = ((word >> 16).to(tl.float32) >= threshold).to(tl.int32)
+        low = ((word & 0xFFFF).to(tl.float32) >= threshold).to(tl.int32)
+        return high | (low << 1)
+
+    @triton.jit
+    def _dropout_bits_kernel(SEED, BITS, n_calls, dropout_p, BLOCK: tl.constexpr):
+        """A call's whole dropout keep mask, one bit per element: byte n holds the 8 elements of the
+        Philox call with counter n (`_keep`'s layout), bit 2 w + e from word w (0 high half, 1 low).
+        A streaming pass over every (b, h, query, key), once per call, instead of Philox in each of
+        the three attention kernels (`DROPOUT_MASK`)."""
+        dropout_p = tl.cast(dropout_p, tl.float32)
+        offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+        r0, r1, r2, r3 = tl.randint4x(tl.load(SEED), offs, _PHILOX_ROUNDS)
+        threshold = dropout_p * 65536.0
+        packed = _keep_pair(r0, threshold) | (_keep_pair(r1, threshold) << 2) | \
+            (_keep_pair(r2, threshold) << 4) | (_keep_pair(r3, threshold) << 6)
+        tl.store(BITS + offs, packed.to(tl.uint8), mask=offs < n_calls)
 
     @triton.jit
     def _table_grad_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -368,7 +405,8 @@ if triton is not None:
     def _fwd_tiles(lo, stop, far, m_i, l_i, acc, q, K, V, pd_rows, kpm_ptr, count_ptr, seed, bh, b, h,
                    start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
-                   BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, FAR: tl.constexpr):
+                   BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, FAR: tl.constexpr,
+                   DROPOUT_BITS: tl.constexpr = False):
         """The forward's online softmax over the key tiles lo, lo + BLOCK_N, ... < stop (no key from
         ``hi`` on is loaded: a row of padding alone, whose band loop runs one tile, reads none). FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias``
@@ -404,7 +442,7 @@ if triton is not None:
             alpha = tl.exp2(m_i - m_safe)
             l_i = l_i * alpha + tl.sum(p, 1)
             if DROPOUT:
-                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
+                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N, DROPOUT_BITS)
                 p = tl.where(keep, p / (1.0 - dropout_p), 0.0)
             v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
             acc = acc * alpha[:, None] + _dot(p.to(v.dtype), v, PRECISION)
@@ -467,12 +505,13 @@ if triton is not None:
         return tl.where(before, x, x + shift), tl.where(before, bias_before, bias_after), before
 
     @triton.jit
-    def _fwd_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, O, LSE,
+    def _fwd_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DMASK, O, LSE,
                     sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, so_b, so_h, so_t,
                     H, T, S, D, pd_len, pd_off, scale, dropout_p,
                     M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    PRECISION: tl.constexpr, FAR_LOOPS: tl.constexpr = False):
+                    PRECISION: tl.constexpr, FAR_LOOPS: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False):
+        """DROPOUT_BITS (with DROPOUT): the keep mask's bits are read from DMASK (`_keep`)."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -491,9 +530,9 @@ if triton is not None:
         kpm_ptr = KPM + b * S
         count_ptr = PAD_COUNT + b * (S + 1)  # `_any_padded`
         qk_scale = scale * _LOG2E  # scores in log2 units (module docstring), PD already is
-        seed = 0
+        seed = (0, DMASK)
         if DROPOUT:
-            seed = tl.load(SEED)
+            seed = (tl.load(SEED), DMASK)  # `_keep`'s rng
         m_i = tl.full((BLOCK_M,), float("-inf"), dtype=tl.float32)
         l_i = tl.zeros((BLOCK_M,), dtype=tl.float32)
         acc = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
@@ -511,14 +550,15 @@ if triton is not None:
             far = PD + h * pd_len + pd_off
             spans = (band_lo, right_lo, (end - 1) // BLOCK_N * BLOCK_N, tl.load(far - M), tl.load(far + M))
             m_i, l_i, acc = _fwd_tiles(0, end, spans, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
-                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True)
+                                       DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True,
+                                       DROPOUT_BITS=DROPOUT_BITS)
             m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
                                        CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                       PRECISION=PRECISION, FAR=False)
+                                       PRECISION=PRECISION, FAR=False, DROPOUT_BITS=DROPOUT_BITS)
         else:
             m_i, l_i, acc = _fwd_tiles(0, hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                        DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                       FAR=False)
+                                       FAR=False, DROPOUT_BITS=DROPOUT_BITS)
         has_key = l_i > 0.0
         out = acc / tl.where(has_key, l_i, 1.0)[:, None]
         tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -532,7 +572,7 @@ if triton is not None:
                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M: tl.constexpr, HAS_KPM: tl.constexpr,
                     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
                     PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr, FAR_SUMS: tl.constexpr, BAND_Q: tl.constexpr,
-                    BAND_K: tl.constexpr, FAR: tl.constexpr):
+                    BAND_K: tl.constexpr, FAR: tl.constexpr, DROPOUT_BITS: tl.constexpr = False):
         """`_bwd_dkdv_kernel`'s loop over the query tiles lo, lo + BLOCK_M, ... < stop. FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias`` and
         load no bias, both sides' in one loop of at least one tile (`_far_walk`; ``far``: (band_lo,
@@ -571,7 +611,7 @@ if triton is not None:
                 p_t = tl.where(valid, p_t, 0.0)
             dp_t = _dot(v, tl.trans(do), PRECISION)
             if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
-                keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N))
+                keep_t = tl.trans(_keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N, DROPOUT_BITS))
                 p_kept = tl.where(keep_t, p_t / (1.0 - dropout_p), 0.0)
                 dv += _dot(p_kept.to(do.dtype), do, PRECISION)
                 ds_t = p_kept * dp_t - p_t * delta[None, :]
@@ -593,14 +633,15 @@ if triton is not None:
         return dk, dv, far_lo, far_hi
 
     @triton.jit
-    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, LSE, DELTA, DK, DV, DQACC, FAR,
+    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DMASK, DO, LSE, DELTA, DK, DV, DQACC, FAR,
                          sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                          sg_b, sg_h, sg_t, sa_b, sa_h, sa_t,
                          H, T, S, D, pd_len, pd_off, scale, dropout_p,
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                          PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr = False, FAR_SUMS: tl.constexpr = False,
-                         BAND_Q: tl.constexpr = 16, BAND_K: tl.constexpr = 16, FAR_LOOPS: tl.constexpr = False):
+                         BAND_Q: tl.constexpr = 16, BAND_K: tl.constexpr = 16, FAR_LOOPS: tl.constexpr = False,
+                         DROPOUT_BITS: tl.constexpr = False):
         """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
@@ -635,9 +676,9 @@ if triton is not None:
         if HAS_KPM:
             key_ok = key_ok & (tl.load(kpm_ptr + offs_n, mask=offs_n < S, other=1) == 0)
             block_padded = _any_padded(PAD_COUNT + b * (S + 1), start_n, start_n + BLOCK_N, S)
-        seed = 0
+        seed = (0, DMASK)
         if DROPOUT:
-            seed = tl.load(SEED)
+            seed = (tl.load(SEED), DMASK)  # `_keep`'s rng
         dk = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
         dv = tl.zeros((BLOCK_N, BLOCK_D), dtype=tl.float32)
         far_lo = tl.zeros((BLOCK_N,), dtype=tl.float32)  # FAR_SUMS: per key row, the far tiles' dS
@@ -661,17 +702,18 @@ if triton is not None:
                 dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, spans, dk, dv, far_lo, far_hi, *rest, M=M, HAS_KPM=HAS_KPM,
                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M,
                                                      PRECISION=PRECISION, FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS,
-                                                     BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True)
+                                                     BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True, DROPOUT_BITS=DROPOUT_BITS)
                 dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi,
                                                      *rest, M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
                                                      BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
                                                      FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
-                                                     FAR=False)
+                                                     FAR=False, DROPOUT_BITS=DROPOUT_BITS)
             else:
                 dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi, *rest, M=M,
                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
                                                      BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
-                                                     FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False)
+                                                     FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False,
+                                                     DROPOUT_BITS=DROPOUT_BITS)
         if FAR_SUMS:
             out = FAR + (bh * tl.num_programs(0) + pid_n) * 2
             tl.store(out, tl.sum(far_lo, 0))
@@ -687,7 +729,7 @@ if triton is not None:
                   sv_t, T, S, qk_scale, dropout_p, M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DQ_PRODUCT: tl.constexpr,
-                  KIND: tl.constexpr):
+                  KIND: tl.constexpr, DROPOUT_BITS: tl.constexpr = False):
         """`_bwd_dq_kernel`'s loop over the key tiles lo, lo + BLOCK_N, ... < stop (keys from ``hi``
         on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "far"
         (every distance clamps to -M on the tiles before the band, to M on those after it: they add
@@ -721,7 +763,7 @@ if triton is not None:
             elif _edge_tile(start_m, start_n, S, BLOCK_M, BLOCK_N, CAUSAL):
                 p = tl.where(_tile_valid(0, offs_m, offs_n, T, S, HAS_KPM, CAUSAL), p, 0.0)
             if DROPOUT:  # dS = P (dP_kept / (1 - p) - delta) = P_kept dP - P delta
-                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N)
+                keep = _keep(seed, bh, start_m, start_n, T, S, dropout_p, BLOCK_M, BLOCK_N, DROPOUT_BITS)
                 p_kept = tl.where(keep, p / (1.0 - dropout_p), 0.0)
                 ds = p_kept * _dot(do, tl.trans(v), PRECISION) - p * delta[:, None]
             else:
@@ -734,7 +776,7 @@ if triton is not None:
         return dq, tab, band, far_lo, far_hi
 
     @triton.jit
-    def _bwd_dq_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DO, O, LSE, DELTA, DQ, DTAB,
+    def _bwd_dq_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DMASK, DO, O, LSE, DELTA, DQ, DTAB,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
                        sg_b, sg_h, sg_t,
                        H, T, S, D, pd_len, pd_off, scale, dropout_p,
@@ -742,7 +784,7 @@ if triton is not None:
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False,
-                       DELTA_OUT: tl.constexpr = False):
+                       DELTA_OUT: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False):
         """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
@@ -775,9 +817,9 @@ if triton is not None:
         kpm_ptr = KPM + b * S
         count_ptr = PAD_COUNT + b * (S + 1)  # `_any_padded`
         qk_scale = scale * _LOG2E
-        seed = 0
+        seed = (0, DMASK)
         if DROPOUT:
-            seed = tl.load(SEED)
+            seed = (tl.load(SEED), DMASK)  # `_keep`'s rng
         dq = tl.zeros((BLOCK_M, BLOCK_D), dtype=tl.float32)
         # the table gradient's sums (`_table_grad_tile`): per query row beyond the band, per distance in it
         far_lo = tl.zeros((BLOCK_M,), dtype=tl.float32)  # distances <= -M
@@ -807,7 +849,7 @@ if triton is not None:
                                                       far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band")
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS)
         elif FAR_LOOPS:  # the key tiles far before and after the queries, then across the band
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
             band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_walk`)
@@ -817,18 +859,18 @@ if triton is not None:
                                                       ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                                       DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
                                                       BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
-                                                      KIND="far")
+                                                      KIND="far", DROPOUT_BITS=DROPOUT_BITS)
             dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo,
                                                       far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band")
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS)
         else:
             dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo, far_hi,
                                                       *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="any")
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="any", DROPOUT_BITS=DROPOUT_BITS)
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
@@ -855,7 +897,7 @@ if triton is not None:
         bh = tl.program_id(2)
         offs_m = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
         offs_n = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-        keep = _keep(tl.load(SEED), bh, pid_m * BLOCK_M, pid_n * BLOCK_N, T, S, dropout_p, BLOCK_M, BLOCK_N)
+        keep = _keep((tl.load(SEED), SEED), bh, pid_m * BLOCK_M, pid_n * BLOCK_N, T, S, dropout_p, BLOCK_M, BLOCK_N)
         lin = (bh.to(tl.int64) * T + offs_m[:, None]) * S + offs_n[None, :]
         tl.store(OUT + lin, keep.to(tl.int8), mask=(offs_m[:, None] < T) & (offs_n[None, :] < S))
 
@@ -941,6 +983,12 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # - "all": the forward too (16.5 -> 13.1 far, 14.8 band, but 159 registers instead of 128: 3 programs
 #   per SM instead of 4; padded, 16.1 far and 17.8 band against 17.3, 2 programs instead of 3).
 # Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-far and triton-far-all rows.
+DROPOUT_MASKS = ("bits", "philox")
+# Where the attention kernels get the dropout keep mask: "bits", drawn once per call by `_dropout_bits_kernel`
+# into a bit per element (B H T S / 8 bytes, kept for the backward: 12.6 MB per layer at B32 H12 T=S=512) that
+# the forward, dK/dV and dQ kernels load (a byte per 8 elements); "philox", each of the three draws it itself
+# (`_keep`), keeping nothing.
+DROPOUT_MASK = os.environ.get("AST_T5_TRITON_DROPOUT_MASK", "bits")
 FAR_LOOPS_CHOICES = ("none", "backward", "all")
 FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none")
 
@@ -1184,20 +1232,28 @@ class _TritonRPEAttention(torch.autograd.Function):
             kpm = _placeholder(q.device, torch.uint8)
             kv_end = pad_count = _placeholder(q.device, torch.int32)
         seed = _draw_seed(q.device) if dropout_p > 0 else _placeholder(q.device, torch.int64)
+        bits = dropout_p > 0 and DROPOUT_MASK == "bits"
+        if bits:  # the keep mask, drawn once for the forward and the backward: a bit per element
+            n_calls = B * H * triton.cdiv(T, 16) * triton.cdiv(S, 16) * 32  # a byte per Philox call (`_keep`)
+            dmask = torch.empty(n_calls, dtype=torch.uint8, device=q.device)
+            _dropout_bits_kernel[(triton.cdiv(n_calls, 1024),)](seed, dmask, n_calls, float(dropout_p), BLOCK=1024)
+        else:
+            dmask = _placeholder(q.device, torch.uint8)
         block_m, block_n, _, warps, stages, _, _, _ = blocks
         far_loops = FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
         _fwd_kernel[(triton.cdiv(T, block_m), B * H)](
-            q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse,
+            q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
             H, T, S, D, pd.size(1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
-            FAR_LOOPS=far_loops and FAR_LOOPS == "all", num_warps=warps, num_stages=stages)
-        ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse)
+            FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, num_warps=warps, num_stages=stages)
+        ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse)
+        ctx.dropout_bits = bits
         ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to
         ctx.meta = (has_kpm, bool(causal), float(dropout_p), float(scale), blocks,
                     per_distance.dtype, M, pd_off)
@@ -1205,7 +1261,7 @@ class _TritonRPEAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, pd, kpm, kv_end, pad_count, seed, o, lse = ctx.saved_tensors
+        q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse = ctx.saved_tensors
         has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
@@ -1240,14 +1296,14 @@ class _TritonRPEAttention(torch.autograd.Function):
         precision = _precision(q.dtype)
         common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
                       BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, FAR_LOOPS=ctx.far_loops,
-                      num_warps=warps, num_stages=stages)
+                      DROPOUT_BITS=ctx.dropout_bits, num_warps=warps, num_stages=stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         acc_strides = dq_acc.stride()[:3] if fused else (0, 0, 0)
 
         def dq_kernel():  # dQ and the table gradient (fused: the band's table gradient alone)
             _bwd_dq_kernel[(n_blocks, B * H)](
-                q, k, v, pd, kpm, kv_end, pad_count, seed, do, o, lse, delta, unused if fused else dq, dtab,
+                q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq, dtab,
                 *strides, *(acc_strides if fused else dq.stride()[:3]),
                 H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
                 **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
@@ -1257,7 +1313,7 @@ class _TritonRPEAttention(torch.autograd.Function):
             assert o.stride() == dq.stride()
             dq_kernel()
         _bwd_dkdv_kernel[(n_key_blocks, B * H)](
-            q, k, v, pd, kpm, kv_end, pad_count, seed, do, lse, delta, dk, dv, dq_acc, far, *strides,
+            q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, dk, dv, dq_acc, far, *strides,
             *dk.stride()[:3], *acc_strides, H, T, S, D, pd.size(1), pd_off, scale, dropout_p,
             BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=fused, FAR_SUMS=fused and table_grad,
             BAND_Q=block_bwd, BAND_K=step_bwd, **common)
@@ -1313,6 +1369,9 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     if BACKWARD not in BACKWARDS:
         raise ValueError(f"triton_rpe_attention.BACKWARD (AST_T5_TRITON_BACKWARD) must be one of {BACKWARDS}, "
                          f"got {BACKWARD!r}")
+    if DROPOUT_MASK not in DROPOUT_MASKS:
+        raise ValueError(f"triton_rpe_attention.DROPOUT_MASK (AST_T5_TRITON_DROPOUT_MASK) must be one of "
+                         f"{DROPOUT_MASKS}, got {DROPOUT_MASK!r}")
     if shared is not None and key_padding_mask is not None:
         raise ValueError("pass the key padding mask in `shared` (SharedInputs) or as key_padding_mask, not both")
     dropout_p = effective_dropout_p(dropout_p)

@@ -94,6 +94,15 @@ def far_loops(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["philox", "bits"])
+def dropout_mask(request, monkeypatch):
+    """Each source of the kernels' dropout keep mask (`triton_rpe_attention.DROPOUT_MASK`): Philox in each
+    kernel, or the bits `_dropout_bits_kernel` drew once for the call."""
+    assert request.param in tra.DROPOUT_MASKS
+    monkeypatch.setattr(tra, "DROPOUT_MASK", request.param)
+    return request.param
+
+
 @pytest.fixture(autouse=True)
 def _interpreter_env(monkeypatch):
     """Triton reads TRITON_INTERPRET while an interpreted kernel runs, too."""
@@ -391,8 +400,8 @@ def test_the_split_backward_takes_delta_from_the_dq_kernel(monkeypatch, backward
                     order.append((name, kwargs.get("DELTA_OUT")))
                     in_kernel.append(name)  # the interpreter's own tensor work, and this check, are not counted
                     try:
-                        if name == "_bwd_dkdv_kernel":  # q k v pd kpm kv_end pad_count seed do lse delta ...
-                            do, delta = args[8], args[10]
+                        if name == "_bwd_dkdv_kernel":  # q k v pd kpm kv_end pad_count seed dmask do lse delta
+                            do, delta = args[9], args[11]
                             expected = (do.double() * launched_o[0].double()).sum(-1).reshape(delta.shape)
                             torch.testing.assert_close(delta.double(), expected, rtol=1e-5, atol=1e-5)
                         return real[grid](*args, **kwargs)
@@ -407,7 +416,7 @@ def test_the_split_backward_takes_delta_from_the_dq_kernel(monkeypatch, backward
     class FwdSpy:
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                launched_o.append(args[8])  # q k v pd kpm kv_end pad_count seed o
+                launched_o.append(args[9])  # q k v pd kpm kv_end pad_count seed dmask o
                 return real_fwd[grid](*args, **kwargs)
             return launch
 
@@ -542,7 +551,7 @@ def test_key_tiles_past_the_last_unpadded_key_are_never_read(blocks, causal, bac
 
 @cpu_only
 @pytest.mark.parametrize("blocks", [SMALL, RECT], ids=["square", "rectangular-backward"])
-def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks, backward, far_loops):
+def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks, backward, far_loops, dropout_mask):
     T, S, D, M, p = 37, 41, 32, 8, 0.25
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=True)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
@@ -582,6 +591,48 @@ def _philox4x32(c0, c1, key, rounds):
         c0, c1, c2, c3 = (p2 >> np.uint64(32)) ^ c1 ^ k0, p2 & mask, (p0 >> np.uint64(32)) ^ c3 ^ k1, p0 & mask
         k0, k1 = (k0 + np.uint64(0x9E3779B9)) & mask, (k1 + np.uint64(0xBB67AE85)) & mask
     return c0, c1, c2, c3
+
+
+@cpu_only
+def test_dropout_bits_hold_the_philox_keep_mask_one_bit_per_element(monkeypatch):
+    """`_dropout_bits_kernel`: byte n holds the 8 elements of the Philox call with counter n, bit 4 a + 2 c + e
+    for query 16 i16 + 8 a + r8 and key 16 j16 + 8 c + 2 q + e (`_keep`): decoded by that layout, the bits equal
+    the keep mask the kernels draw with Philox (`dropout_keep_mask`), at sizes that are not multiples of 16.
+    The forward reads them (`DROPOUT_MASK` = "bits"): one bits kernel per call, no other launch."""
+    B, H, T, S, p = 2, 3, 37, 50, 0.3
+    T16, S16 = -(-T // 16), -(-S // 16)
+    seed = torch.tensor([123456789], dtype=torch.int64)
+    n_calls = B * H * T16 * S16 * 32
+    bits = torch.empty(n_calls, dtype=torch.uint8)
+    rate = tra.effective_dropout_p(p)
+    tra._dropout_bits_kernel[(triton.cdiv(n_calls, 256),)](seed, bits, n_calls, rate, BLOCK=256)
+    unpacked = (bits.long()[:, None] >> torch.arange(8)) & 1  # (calls, 4 a + 2 c + e)
+    unpacked = unpacked.view(B * H, T16, S16, 8, 4, 2, 2, 2)  # (bh, i16, j16, r8, q, a, c, e)
+    decoded = unpacked.permute(0, 1, 5, 3, 2, 6, 4, 7).reshape(B, H, T16 * 16, S16 * 16)[:, :, :T, :S]
+    expected = tra.dropout_keep_mask(seed, B, H, T, S, p)
+    assert torch.equal(decoded.bool(), expected)
+    launched = []
+    real = tra._dropout_bits_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            def launch(*args, **kwargs):
+                launched.append(args[2])  # n_calls
+                return real[grid](*args, **kwargs)
+            return launch
+
+    monkeypatch.setattr(tra, "_dropout_bits_kernel", Spy())
+    q, k, v, table, kpm = make(B, H, T, S, 16, 8, pad=True)
+    for mode, calls in (("philox", []), ("bits", [n_calls])):
+        monkeypatch.setattr(tra, "DROPOUT_MASK", mode)
+        launched.clear()
+        with torch.no_grad():
+            tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, dropout_p=p, blocks=SMALL)
+            tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=SMALL)  # no dropout: no mask
+        assert launched == calls, (mode, launched)
+    monkeypatch.setattr(tra, "DROPOUT_MASK", "bytes")
+    with pytest.raises(ValueError, match="AST_T5_TRITON_DROPOUT_MASK"):
+        tra.triton_rpe_attention(q, k, v, table, dropout_p=p, blocks=SMALL)
 
 
 @cpu_only
@@ -902,6 +953,24 @@ def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_load
                     "0 kernel(s) whose wgmma ptxas serializes",
                     "0 kernel(s) needing more shared memory", "0 kernel(s) with full-range exponentials"):
         assert summary in stdout, stdout
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_the_kernels_reading_dropout_bits_compile_for_hopper_without_spills_and_fewer_instructions():
+    """`DROPOUT_MASK` = "bits" for sm90 at the default tiles, padded with dropout: every kernel still runs
+    wgmma with pipelined loads and no serialized product, 2 or more programs per SM, no more spill than
+    with Philox (none at all under Triton 3.6, the GPU host's, where the dQ kernel spills 56 bytes with
+    Philox), and each kernel's loop issues fewer instructions per element than with Philox; the bits
+    kernel compiles too."""
+    philox_out, philox = compile_check("--variants", "padded-dropout", "--dropout-mask", "philox")
+    stdout, bits = compile_check("--variants", "padded-dropout", "--dropout-mask", "bits")
+    assert "dropout mask bits" in stdout and "dropout mask philox" in philox_out
+    assert re.search(r"# 90 dropout bits kernel .*: \d+ registers, [0-9.]+ SASS instructions per mask element", stdout)
+    assert [r["kernel"] for r in bits] == [r["kernel"] for r in philox] == ["fwd", "dkdv", "dq"]
+    for row, before in zip(bits, philox):
+        assert row["mma"] == "wgmma" and row["pipe"] == "yes" and row["ser"] == "no", row
+        assert int(row["stack"]) <= int(before["stack"]) and int(row["occ"]) >= 2, (row, before)
+        assert float(row["i/el"]) < float(before["i/el"]), (row, before)
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")

@@ -103,14 +103,17 @@ def test_gpu_only_options_without_cuda_are_a_usage_error():
 
 
 def test_the_triton_structure_models_run_the_triton_backend_with_their_structure_switched(monkeypatch):
-    """``triton-fused`` and ``triton-far``: the triton backend with triton_rpe_attention.BACKWARD = "fused",
-    and with FAR_LOOPS = "backward", during their own steps only (the other models keep the defaults),
+    """``triton-fused``, ``triton-far`` and ``triton-bits``: the triton backend with triton_rpe_attention.BACKWARD
+    = "fused", with FAR_LOOPS = "backward", and with DROPOUT_MASK = "bits" (with dropout only: without, its
+    kernels are the triton model's), during their own steps only (the other models keep the defaults),
     compared with auto like any single backend."""
     tra = pytest.importorskip("ast_t5.modules.triton_rpe_attention")
     bench_model = load_benchmark("bench_model", "bench_model_fused")
-    assert {"triton-fused", "triton-far"} <= set(bench_model.SINGLE_BACKENDS)
-    backends = ["sdpa", "triton-fused", "triton-far"]
-    order = ["ours[auto]", *[f"ours[{b}]" for b in backends]]  # the order compare_backends makes steps in
+    assert {"triton-fused", "triton-far", "triton-bits"} <= set(bench_model.SINGLE_BACKENDS)
+    backends = ["sdpa", "triton-fused", "triton-far", "triton-bits"]
+    # the order compare_backends makes steps in, per dropout
+    order = ["ours[auto]", *[f"ours[{b}]" for b in backends if b != "triton-bits"],
+             "ours[auto]", *[f"ours[{b}]" for b in backends]]
     real_make_step, made, seen = bench_model.make_step, [], []
 
     def make_step(model, *args):
@@ -119,23 +122,26 @@ def test_the_triton_structure_models_run_the_triton_backend_with_their_structure
         step = real_make_step(model, *args)
 
         def run():
-            seen.append((name, tra.BACKWARD, tra.FAR_LOOPS))
+            seen.append((name, tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK))
             return step()
         return run
 
     monkeypatch.setattr(bench_model, "make_step", make_step)
     args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
     out = bench_model.compare_backends(args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16),
-                                       [0.0], backends, None, False, **SIZES)  # hf=False
+                                       [0.0, 0.1], backends, None, False, **SIZES)  # hf=False
     assert made == order
     rows = out["by_dropout"]["dropout 0"]["rows"]
-    assert set(rows) == set(order) and all(rows[name]["ms"] > 0 for name in order)
+    assert set(rows) == set(order[:4]) and all(rows[name]["ms"] > 0 for name in order[:4])
+    assert set(out["by_dropout"]["dropout 0.1"]["rows"]) == set(order[4:])
     by_model = {}
-    for name, backward, far in seen:
-        by_model.setdefault(name, set()).add((backward, far))
-    assert by_model["ours[triton-fused]"] == {("fused", "none")}
-    assert by_model["ours[triton-far]"] == {("split", "backward")}
-    assert by_model["ours[auto]"] == by_model["ours[sdpa]"] == {("split", "none")}  # the module's defaults
+    for name, *settings in seen:
+        by_model.setdefault(name, set()).add(tuple(settings))
+    default = (tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK)
+    assert by_model["ours[triton-fused]"] == {("fused", "none", default[2])}
+    assert by_model["ours[triton-far]"] == {("split", "backward", default[2])}
+    assert by_model["ours[triton-bits]"] == {("split", "none", "bits")}
+    assert by_model["ours[auto]"] == by_model["ours[sdpa]"] == {default}  # the module's defaults
 
 
 def test_the_fused_backward_model_is_left_out_where_the_split_backward_would_run(monkeypatch, caplog):

@@ -21,6 +21,7 @@ FIGURES = {
         row("triton-far", 0.0, False, 1.25), row("triton-far-all", 0.0, False, 1.6),
         row("sdpa-prebuilt", 0.0, False, 2.6), row("flash-nobias", 0.0, False, 0.7),
         row("triton", 0.1, False, 2.5), row("triton-fused", 0.1, False, 2.0), row("sdpa-prebuilt", 0.1, False, 3.0),
+        row("triton-bits", 0.1, False, 1.25),
         row("triton", 0.0, True, 1.9), row("triton-fused", 0.0, True, None)]},
     "attention_lengths": {"rows": [row("triton", 0.0, False, 0.6, length=512)]},
     "attention_profile": {"kernels": [
@@ -59,7 +60,9 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert ("dropout 0 padded no : triton 2.000, fused 1.600 (1.25x), far 1.250 (1.60x), far-all 1.600 (1.25x), "
             "frozen 1.500 (table gradient 25%)" in out)
     assert "target <= 1.0 ms: not met (1.250)" in out
-    assert "x pre 1.50 (target >= 2: not met)" in out
+    assert "far-all n/a, bits 1.250 (2.00x), frozen" in out  # the dropout mask's bits: with dropout only
+    assert "x pre 2.40 (target >= 2: met)" in out  # the best triton row (bits) against sdpa-prebuilt
+    assert ", bits" not in out.split("dropout 0 padded no :")[1].split("\n")[0]
     assert "fused n/a" in out  # a row that did not run
     # figures without host ms and graph ms (a run before --graph): the ms alone, the target line still there
     assert "triton 2.000 (host" not in out and "flash bias-free 0.700, " not in out
