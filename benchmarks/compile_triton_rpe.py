@@ -141,9 +141,9 @@ def jit_attributes(fn, signature, ints) -> dict:
     return attrs
 
 
-def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages, ints=None):
+def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages, ints=None, maxnreg=None):
     """Compile ``fn`` for sm ``arch``, specialized as the JIT would for a call with ``ints``
-    (`call_integers`; None: no specialization at all)."""
+    (`call_integers`; None: no specialization at all), with the launch's ``maxnreg`` if any."""
     import triton
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
@@ -152,8 +152,10 @@ def compile_kernel(fn, dtype, consts, arch, num_warps, num_stages, ints=None):
     constexprs = {(fn.arg_names.index(name),): value for name, value in consts.items()}
     attrs = jit_attributes(fn, signature, ints) if ints is not None else None
     src = ASTSource(fn, signature, constexprs=constexprs, attrs=attrs)
-    return triton.compile(src, target=GPUTarget("cuda", arch, 32),
-                          options=dict(num_warps=num_warps, num_stages=num_stages))
+    options = dict(num_warps=num_warps, num_stages=num_stages)
+    if maxnreg is not None:
+        options["maxnreg"] = maxnreg
+    return triton.compile(src, target=GPUTarget("cuda", arch, 32), options=options)
 
 
 def instructions(kernel, tile_elements: int = 0, num_warps: int = 0, copies: int = 1) -> dict:
@@ -361,7 +363,8 @@ def main(argv=None) -> int:
                        ("band", dq_fn, dict(dq_consts, BAND_ONLY=True, DELTA_OUT=False), *dq_rest))
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
-            kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints)
+            maxnreg = tra.forward_maxnreg(kernel_warps, consts["DROPOUT_BITS"]) if name == "fwd" else None
+            kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints, maxnreg)
             # FAR_LOOPS: the kernel's loop compiled twice (the band kernel's once): the band loop's is
             # ``i/el`` (the larger), the far loop's ``far``
             copies = 2 if consts["FAR_LOOPS"] and not consts.get("BAND_ONLY") else 1

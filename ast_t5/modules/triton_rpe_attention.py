@@ -988,7 +988,16 @@ DROPOUT_MASKS = ("bits", "philox")
 # into a bit per element (B H T S / 8 bytes, kept for the backward: 12.6 MB per layer at B32 H12 T=S=512) that
 # the forward, dK/dV and dQ kernels load (a byte per 8 elements); "philox", each of the three draws it itself
 # (`_keep`), keeping nothing.
-DROPOUT_MASK = os.environ.get("AST_T5_TRITON_DROPOUT_MASK", "bits")
+DROPOUT_MASK = os.environ.get("AST_T5_TRITON_DROPOUT_MASK", "philox")
+# the forward's register cap when it reads the dropout bits on 4-warp programs: 3 programs per SM (3 x 128
+# threads x 168 <= 64 K registers). Uncapped, the padded forward took 176 (Triton 3.6, sm90, 64 x 64 tiles),
+# 2 programs per SM against Philox's 3; capped, 168 and no spill there (16 bytes under Triton 3.9)
+BITS_FORWARD_MAXNREG = 168
+
+
+def forward_maxnreg(warps: int, dropout_bits: bool) -> Optional[int]:
+    """The forward kernel's ``maxnreg`` launch option (`BITS_FORWARD_MAXNREG`), or None (Triton's own)."""
+    return BITS_FORWARD_MAXNREG if dropout_bits and warps == 4 else None
 FAR_LOOPS_CHOICES = ("none", "backward", "all")
 FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none")
 
@@ -1251,7 +1260,8 @@ class _TritonRPEAttention(torch.autograd.Function):
             H, T, S, D, pd.size(1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
-            FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, num_warps=warps, num_stages=stages)
+            FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, num_warps=warps, num_stages=stages,
+            **({} if forward_maxnreg(warps, bits) is None else dict(maxnreg=forward_maxnreg(warps, bits))))
         ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse)
         ctx.dropout_bits = bits
         ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to

@@ -960,8 +960,9 @@ def test_the_kernels_reading_dropout_bits_compile_for_hopper_without_spills_and_
     """`DROPOUT_MASK` = "bits" for sm90 at the default tiles, padded with dropout: every kernel still runs
     wgmma with pipelined loads and no serialized product, 2 or more programs per SM, no more spill than
     with Philox (none at all under Triton 3.6, the GPU host's, where the dQ kernel spills 56 bytes with
-    Philox), and each kernel's loop issues fewer instructions per element than with Philox; the bits
-    kernel compiles too."""
+    Philox), and each kernel's loop issues fewer instructions per element than with Philox; the forward,
+    under its register cap (`BITS_FORWARD_MAXNREG`), holds as many programs per SM as with Philox (at
+    the price of a 16-byte spill under Triton 3.9, none under 3.6); the bits kernel compiles too."""
     philox_out, philox = compile_check("--variants", "padded-dropout", "--dropout-mask", "philox")
     stdout, bits = compile_check("--variants", "padded-dropout", "--dropout-mask", "bits")
     assert "dropout mask bits" in stdout and "dropout mask philox" in philox_out
@@ -969,7 +970,11 @@ def test_the_kernels_reading_dropout_bits_compile_for_hopper_without_spills_and_
     assert [r["kernel"] for r in bits] == [r["kernel"] for r in philox] == ["fwd", "dkdv", "dq"]
     for row, before in zip(bits, philox):
         assert row["mma"] == "wgmma" and row["pipe"] == "yes" and row["ser"] == "no", row
-        assert int(row["stack"]) <= int(before["stack"]) and int(row["occ"]) >= 2, (row, before)
+        assert int(row["occ"]) >= 2, row
+        if row["kernel"] == "fwd":
+            assert int(row["stack"]) <= 16 and int(row["occ"]) >= int(before["occ"]), (row, before)
+        else:
+            assert int(row["stack"]) <= int(before["stack"]), (row, before)
         assert float(row["i/el"]) < float(before["i/el"]), (row, before)
 
 
@@ -1199,6 +1204,24 @@ def test_gpu_dropout_matches_the_reference_with_the_kernel_mask(backward, far_lo
     torch.manual_seed(3)
     keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 4, T, T, p)
     assert abs(keep.float().mean().item() - (1 - p)) < 0.01
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=tra.effective_dropout_p(p))
+    assert max(max_errors(got, fwd_bwd(ref_fn, leaves, grad.double()))) < 1e-4
+
+
+@requires_cuda
+def test_gpu_dropout_from_the_bit_mask_matches_the_reference(monkeypatch):
+    """`DROPOUT_MASK` = "bits" compiled: the bits kernel ran (one launch per call), and the forward, dK/dV and
+    dQ kernels reading its bits give the reference's results with the Philox keep mask."""
+    monkeypatch.setattr(tra, "DROPOUT_MASK", "bits")
+    launched = spy_launches(monkeypatch, "_dropout_bits_kernel", "BLOCK")
+    T, p = 300, 0.1
+    q, k, v, table, kpm = make(2, 4, T, T, 64, 128, pad=True, device="cuda")
+    grad = torch.randn(q.shape, device="cuda")
+    torch.manual_seed(3)
+    got = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm, dropout_p=p), [q, k, v, table], grad)
+    assert len(launched) == 1
+    torch.manual_seed(3)
+    keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 4, T, T, p)
     leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0, keep=keep, p=tra.effective_dropout_p(p))
     assert max(max_errors(got, fwd_bwd(ref_fn, leaves, grad.double()))) < 1e-4
 
