@@ -535,9 +535,8 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                     backward = backward_supported(name, device)
                     fn = None if why else step_fn(name, *case, dropout, backward)
                     if fn is None:
-                        row.update(ms=None, note=why or ("the triton row's kernels without dropout"
-                                                         if name.partition(":")[0] in DROPOUT_ROWS
-                                                         else "no dropout in FlexAttention"))
+                        row.update(ms=None, note=why or ("= triton (no dropout)" if name.partition(":")[0] in
+                                                         DROPOUT_ROWS else "no dropout in FlexAttention"))
                     else:
                         try:
                             ab.DISPATCH_COUNTS.clear()

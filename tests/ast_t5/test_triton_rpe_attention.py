@@ -875,7 +875,8 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     assert "keep one loop" in bench.available("triton-far", torch.device("cpu"), 16, 24)
     monkeypatch.setattr(tra, "far_loops_pay", lambda *shape: True)
     far_launches = spy_launches(monkeypatch, "_bwd_dq_kernel", "FAR_LOOPS")
-    assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen", "triton-far",
+    bits_launches = spy_launches(monkeypatch, "_dropout_bits_kernel", "BLOCK")
+    assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen", "triton-far", "triton-bits",
                        "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "fused:16,16,32,4,3,2,16,2",
                        "fused+far-all:16,16,16,4,3,2",
                        "--lengths", "24",
@@ -883,10 +884,15 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
                        "--split", "--kernel-times", "--graph", "--json", str(out)]) == 0
     payload = json.loads(out.read_text())
     rows = {(r["backend"], r["dropout"]): r for r in payload["rows"]}
+    # the dropout mask's bits: a row with dropout only (its kernels are the triton row's without), which ran
+    # the bits kernel
+    skipped = rows.pop(("triton-bits", 0.0))
+    assert skipped["ms"] is None and skipped["note"] == "= triton (no dropout)", skipped
+    assert rows[("triton-bits", 0.1)]["ms"] > 0 and bits_launches
     assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton-far",
                                           "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2",
                                           "triton-fused:16x16x32x4x3x2x16x2", "triton-fused-far-all:16x16x16x4x3x2")
-                         for p in (0.0, 0.1)}
+                         for p in (0.0, 0.1)} | {("triton-bits", 0.1)}
     assert True in far_launches and False in far_launches  # the far rows' dQ kernels walked far loops
     for (backend, dropout), row in rows.items():
         assert row["ms"] > 0 and row["pass"] == "fwd+bwd" and row["fwd_ms"] > 0, row
