@@ -127,6 +127,10 @@ def test_the_triton_structure_models_run_the_triton_backend_with_their_structure
         return run
 
     monkeypatch.setattr(bench_model, "make_step", make_step)
+    # the settings are what this test checks, not the kernels: the triton models fall back to sdpa here
+    # even where an earlier test of the process left Triton's interpreter on (its kernels at this shape,
+    # with dropout, took minutes)
+    monkeypatch.setattr(tra, "unsupported_reason", lambda *args: "kernels not run by this test")
     args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
     out = bench_model.compare_backends(args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16),
                                        [0.0, 0.1], backends, None, False, **SIZES)  # hf=False
