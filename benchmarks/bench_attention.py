@@ -402,9 +402,10 @@ def graph_ms(fn, repeats) -> Tuple[Optional[float], Optional[str]]:
 
 def kernel_times(fn, device, repeats: int) -> Dict[str, float]:
     """Milliseconds per call of each kernel (CUDA) or operator (CPU) that ``fn`` runs, by name, from
-    torch.profiler over ``repeats`` calls (the triton backend's three kernels, and the small PyTorch
-    operations around them: bias rows, padding counts, delta, the table gradient's sum). Names that
-    take under 1% of the total are summed as "other"."""
+    torch.profiler over ``repeats`` calls (the triton backend's three kernels, `_dropout_bits_kernel`
+    with DROPOUT_MASK "bits", and the small PyTorch operations around them: bias rows, padding counts,
+    the table gradient's sum; delta too with the fused backward). Names that take under 1% of the total
+    are summed as "other"."""
     from torch.profiler import ProfilerActivity, profile
 
     cuda = device.type == "cuda"
