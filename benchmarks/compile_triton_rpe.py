@@ -6,7 +6,8 @@ instruction, about half of Hopper's rate) and whether its loop's loads are softw
 send through shared memory per iteration (`loop_conversions`), ``ex2``: whether its
 exponentials are single instructions (`instructions`), ``occ``: how many of its programs an SM
 holds at once (`resident_programs`), ``ser``: whether ptxas serializes its Hopper matrix products
-(`wgmma_serialized`: each then waits for the previous one), and ``i/el``: the machine instructions of
+(`wgmma_serialized`: each then waits for the previous one), ``bias``: whether it gathers the bias
+4 bytes at a time (its rows are aligned to 4 bytes) in pipelined copies (`bias_copies`), and ``i/el``: the machine instructions of
 its main loop per tile element a thread holds (`loop_instructions`; an H100 SM issues 128 lanes
 of instructions per cycle against 2048 bf16 multiply-adds, and at D 64 an element costs 128
 multiply-adds in the forward, 256 in dK/dV: above about 8 and 16 instructions per element, the
@@ -16,6 +17,7 @@ cuobjdump.
     python benchmarks/compile_triton_rpe.py                      # sm80 + sm90, D 32/64/128, every variant
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --length 1000 --blocks 128,64,64,8,3,4
+    python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants plain --length 1025 --keys 1024
 
 The kernels are specialized as Triton's JIT specializes them at launch (`jit_attributes`): every
 pointer and every integer argument divisible by 16 at the modelled call is marked so, which is
@@ -64,6 +66,8 @@ def parse_args(argv=None):
     p.add_argument("--dtype", choices=("bf16", "fp16", "fp32"), default="bf16")
     p.add_argument("--length", type=int, default=1024,
                    help="queries = keys of the modelled call; decides which integers the JIT marks divisible by 16")
+    p.add_argument("--keys", type=int, default=None,
+                   help="keys of the modelled call (default: --length; T != S gives other bias row layouts)")
     p.add_argument("--heads", type=int, default=12, help="heads of the modelled call")
     p.add_argument("--max-distance", type=int, default=MAX_DISTANCE,
                    help="the relative bias's max_distance M (T5 v1.1: 128, the AST-T5 paper's model: 256)")
@@ -117,15 +121,20 @@ def _signature(fn, dtype, consts):
     return sig
 
 
-def call_integers(head_dim: int, length: int, heads: int) -> dict:
-    """The integer arguments of a call on contiguous (B, H, L, D) q, k, v (and outputs): strides
-    named s<tensor>_<b|h|t> (q, k, v, o, d: dO, g: the gradient written), H, T, S, D, and the bias
-    rows' length and offset (`_bias_rows`)."""
-    ints = dict(H=heads, T=length, S=length, D=head_dim,
-                pd_len=2 * length - 1 + 2 * 128, pd_off=length - 1 + 128)  # `_bias_rows` at 128-row tiles
+def call_integers(head_dim: int, length: int, heads: int, keys: int = None, max_distance: int = MAX_DISTANCE) -> dict:
+    """The integer arguments of a call on contiguous (B, H, L, D) q, k, v (and outputs; ``keys``:
+    S, default L): strides named s<tensor>_<b|h|t> (q, k, v, o, d: dO, g: the gradient written), H,
+    T, S, D, and the bias rows' length and offset as `_bias_rows` makes them (at 128-row tiles)."""
+    import torch
+
+    from ast_t5.modules import triton_rpe_attention as tra
+
+    keys = length if keys is None else keys
+    rows, off = tra._bias_rows(torch.zeros(1, 2 * max_distance + 1), length, keys, 128)
+    ints = dict(H=heads, T=length, S=keys, D=head_dim, pd_len=rows.size(1), pd_off=off)
     for tensor in "qkvodga":  # a: the fused backward's fp32 dQ accumulator
-        ints.update({f"s{tensor}_b": heads * length * head_dim, f"s{tensor}_h": length * head_dim,
-                     f"s{tensor}_t": head_dim})
+        n = keys if tensor in "kv" else length
+        ints.update({f"s{tensor}_b": heads * n * head_dim, f"s{tensor}_h": n * head_dim, f"s{tensor}_t": head_dim})
     return ints
 
 
@@ -300,6 +309,18 @@ def bits_kernel_line(arch: int, dtype: str) -> str:
             f"mask element")
 
 
+def bias_copies(ptx: str) -> str:
+    """"4" when the kernel copies 4 bytes at a time asynchronously, "-" otherwise. In these kernels
+    only the bias rows' gather (`_tile_bias`) is copied 4 bytes at a time (K, V, Q and dO go 16 at a
+    time, lse and delta 8): its rows start at any entry, so they are aligned to 4 bytes only, and a
+    wider copy faults on a GPU (misaligned address). Until 2026-11-26 Triton's alignment analysis
+    took them for 16-byte aligned on calls whose row offset and length were multiples of 16 (T != S
+    of different parities: `--length 1025 --keys 1024`). "-" also flags a gather that is not
+    pipelined (loaded synchronously, 4 bytes at a time: the fused backward's band kernel, whose loop
+    stalls on it)."""
+    return "4" if re.search(r"cp\.async\.\w+\.shared\.global \[[^\]]+\], \[[^\]]+\], (?:0x4|4)\b", ptx) else "-"
+
+
 def resources(kernel) -> dict:
     """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
     found = re.search(r"REG:(\d+) STACK:(\d+)", _cuobjdump(kernel, "--dump-resource-usage"))
@@ -317,13 +338,14 @@ def main(argv=None) -> int:
         print(f"triton is not importable: {tra.TRITON_IMPORT_ERROR}", file=sys.stderr)
         return 2
     spills = unpipelined = ampere_mma_on_hopper = too_much_shared = duplicated = full_exp = serialized = 0
+    wide_bias = 0
     args.dropout_mask = args.dropout_mask or tra.DROPOUT_MASK
     print(f"# triton {tra.triton.__version__}, {args.dtype}, specialized as the JIT does for contiguous "
           f"(B, {args.heads}, {args.length}, D) tensors, max_distance {args.max_distance}, dropout mask "
           f"{args.dropout_mask}")
     print(f"{'arch':>4} {'D':>4} {'variant':<15} {'kernel':<7} {'tiles':<14} "
           f"{'regs':>4} {'stack':>5} {'smem':>6} {'occ':>4} {'mma':<5} {'ser':<3} {'pipe':<4} {'dup':>4} {'conv':>4} "
-          f"{'ex2':<4} {'i/el':>5} {'far':>5} {'s':>5}")
+          f"{'ex2':<4} {'bias':>4} {'i/el':>5} {'far':>5} {'s':>5}")
     for arch, head_dim, variant, blocks in itertools.product(args.arch, args.head_dims, args.variants,
                                                             args.blocks or [None]):
         padded, causal, dropout = VARIANTS[variant]
@@ -333,7 +355,7 @@ def main(argv=None) -> int:
         except ValueError as e:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
             return 2
-        ints = call_integers(head_dim, args.length, args.heads)
+        ints = call_integers(head_dim, args.length, args.heads, args.keys, args.max_distance)
         common = dict(M=args.max_distance, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32",
                       FAR_LOOPS=args.far_loops != "none")
@@ -346,6 +368,7 @@ def main(argv=None) -> int:
                     f"{block_m}x{block_n}",
                     warps, stages, 0, block_m * block_n),
                    ("dkdv", tra._bwd_dkdv_kernel, dict(common, DROPOUT_BITS=bits, BLOCK_N=block_bwd,
+                                                        FAR_LOOPS=tra.dkdv_far_loops(common["FAR_LOOPS"], bits),
                                                         BLOCK_M=step_bwd, FUSE_DQ=False,
                                                         FAR_SUMS=False, BAND_Q=block_bwd, BAND_K=step_bwd),
                     f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
@@ -383,6 +406,8 @@ def main(argv=None) -> int:
                     print(f"# {arch} {head_dim} {variant} {name}: ptxas serializes its wgmma: {why}", flush=True)
             duplicated += (info["dup"] or 0) > 1.01
             full_exp += info["ex2"] == "full"
+            bias = bias_copies(kernel.asm["ptx"])
+            wide_bias += bias != "4"
             spills += bool(info["stack"])
             too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
             unpipelined += not info["pipelined"]
@@ -392,7 +417,7 @@ def main(argv=None) -> int:
             occ = resident_programs(arch, info["regs"] or 255, info["shared"], kernel_warps)
             print(f"{arch:>4} {head_dim:>4} {variant:<15} {name:<7} {config:<14} "
                   f"{info['regs']:>4} {info['stack']:>5} {info['shared']:>6} {occ:>4} {info['mma']:<5} {serial:<3} "
-                  f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {info['ex2']:<4} "
+                  f"{'yes' if info['pipelined'] else 'no':<4} {dup:>4} {info['conv']:>4} {info['ex2']:<4} {bias:>4} "
                   f"{info['per_element']:>5.1f} {'-' if info['far'] is None else format(info['far'], '.1f'):>5} "
                   f"{time.time() - t0:>5.1f}",
                   flush=True)
@@ -406,6 +431,8 @@ def main(argv=None) -> int:
     print(f"{too_much_shared} kernel(s) needing more shared memory than their GPU has")
     print(f"{duplicated} backward kernel(s) doing their element-wise work more than once (dup > 1)")
     print(f"{full_exp} kernel(s) with full-range exponentials (ex2 full: about 4 more instructions per element)")
+    print(f"{wide_bias} kernel(s) without 4-byte bias copies (bias '-': a wider gather faults on its 4-byte aligned "
+          f"rows, an unpipelined one stalls)")
     return 0
 
 

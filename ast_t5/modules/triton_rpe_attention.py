@@ -10,7 +10,7 @@ the FlashAttention-2 paper (Dao, 2023): no code of other projects is copied.
 Forward (one program per (query block, batch x head)): loops over key blocks with an online
 softmax (running max and sum in fp32), saves the log-sum-exp per query row for the backward. The
 bias is gathered per tile (`_tile_bias`) from one row per head that holds every distance of the
-call, unclamped (`_bias_rows`: (H, T + S - 1 + 2 pad) floats built from the (H, 2 M + 1) vector
+call, unclamped (`_bias_rows`: (H, about T + S + 2 pad) floats built from the (H, 2 M + 1) vector
 once per stack, `SharedInputs`; until 2026-11-25 the kernels clamped each element's index into that vector, about 4.5
 more instructions per element), loaded unconditionally so that Triton's pipeliner stages it
 into shared memory ahead of use, like K and V. (Until 2026-11-23 a tile whose
@@ -979,7 +979,8 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # - "none" (the default): one loop everywhere;
 # - "backward": the dK/dV and dQ kernels (sm90 D 64, Triton 3.6, `compile_triton_rpe.py --far-loops`: dQ
 #   26.3 -> 13.2 instructions per element on far tiles, 25.2 on band tiles; dK/dV 17.0 -> 15.2 far, 17.0
-#   band; both kernels keep 2 programs per SM; BENCHMARKS.md, "Far loops");
+#   band; both kernels keep 2 programs per SM; BENCHMARKS.md, "Far loops"), but with the dropout bit mask
+#   the dK/dV kernel keeps one loop (`dkdv_far_loops`);
 # - "all": the forward too (16.5 -> 13.1 far, 14.8 band, but 159 registers instead of 128: 3 programs
 #   per SM instead of 4; padded, 16.1 far and 17.8 band against 17.3, 2 programs instead of 3).
 # Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-far and triton-far-all rows.
@@ -996,10 +997,22 @@ BITS_FORWARD_MAXNREG = 168
 
 
 def forward_maxnreg(warps: int, dropout_bits: bool) -> Optional[int]:
-    """The forward kernel's ``maxnreg`` launch option (`BITS_FORWARD_MAXNREG`), or None (Triton's own)."""
+    """The forward kernel's ``maxnreg`` launch option (`BITS_FORWARD_MAXNREG`), or None (Triton's own).
+    Eager calls only: under torch.compile the forward launches without it (`_TritonRPEAttention`)."""
     return BITS_FORWARD_MAXNREG if dropout_bits and warps == 4 else None
 FAR_LOOPS_CHOICES = ("none", "backward", "all")
 FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none")
+
+
+def dkdv_far_loops(far_loops: bool, dropout_bits: bool) -> bool:
+    """Whether the dK/dV kernel walks its far tiles in a loop of their own (`FAR_LOOPS`, where the
+    call takes them): not when it reads the dropout bit mask (`DROPOUT_MASK`). Those two together
+    made ptxas serialize that kernel's matrix products under Triton 3.6, the GPU host's (C7515, "non
+    wgmma instructions defining accumulator registers of a wgmma between start and end of the
+    pipeline stage": `compile_triton_rpe.py --far-loops backward --dropout-mask bits`, 2026-11-26),
+    for about 2 instructions per element saved on its far tiles; the dQ kernel and the forward keep
+    their far loops."""
+    return far_loops and not dropout_bits
 
 
 def far_loops_pay(T: int, S: int, M: int, blocks: tuple) -> bool:
@@ -1132,18 +1145,26 @@ def _as_kernel_input(x: torch.Tensor) -> torch.Tensor:
 def _bias_rows(per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
     """The bias the kernels read (`_tile_bias`): per head, one fp32 row in log2 units holding every
     distance d = key - query of the call, unclamped: entry OFF + d = log2(e) per_distance[h,
-    clamp(d, -M, M) + M] for -OFF <= d < max(S + pad, M + 1), OFF = max(T - 1 + pad, M). ``pad`` (the
+    clamp(d, -M, M) + M] for -OFF <= d < max(S + pad, M + 1), OFF the first odd number >= max(T - 1 +
+    pad, M) (odd: see the comment in the body). ``pad`` (the
     largest block) covers the overhang of partial tiles, whose loads are not masked. The kernels
     then gather without a clamp: each element's address is one wide multiply-add from its row's
     pointer, where a clamped index into the 2 M + 1 distances took a subtraction, two min/max
     and two address instructions (about 4.5 SASS instructions per element fewer in each kernel:
     BENCHMARKS.md). Entries OFF - M and OFF + M always exist: the clamped ends, which the far
-    tiles of `FAR_LOOPS` add as scalars. (H, T + S - 1 + 2 pad) floats (more if T or S is under
-    M), about 0.2 MB at H12 T=S=2048, built from the (H, 2 M + 1) table in two or three launches
+    tiles of `FAR_LOOPS` add as scalars. (H, T + S - 1 + 2 pad) floats, one more where that makes
+    OFF odd (more if T or S is under M), about 0.2 MB at H12 T=S=2048, built from the (H, 2 M + 1)
+    table in two or three launches
     (the table scaled, then its end entries repeated outwards: a replicate pad), once per stack
     (`SharedInputs`)."""
     M = (per_distance.size(1) - 1) // 2
-    before, after = max(T - 1 + pad, M), max(S + pad, M + 1)  # -M and M included: `FAR_LOOPS` reads them
+    # -M and M included: `FAR_LOOPS` reads them. OFF is odd: Triton's alignment analysis (3.6, 3.9) takes
+    # OFF - arange (a tile's row starts) to be as divisible as OFF and the arange's first element together,
+    # though only that first entry is, so with OFF and the row length multiples of 16 (T != S of different
+    # parities could give both) it loaded each tile row's bias 16 bytes at a time from addresses aligned to
+    # 4: a misaligned-address fault on a GPU (`benchmarks/compile_triton_rpe.py --keys`; until 2026-11-26).
+    # An odd OFF is never marked divisible at launch, so every analysis of a row start stays at 4 bytes.
+    before, after = max(T - 1 + pad, M) | 1, max(S + pad, M + 1)
     scaled = per_distance.detach().to(torch.float32) * LOG2E
     rows = torch.nn.functional.pad(scaled[None], (before - M, after - M - 1), mode="replicate")[0]
     return rows, before
@@ -1249,6 +1270,9 @@ class _TritonRPEAttention(torch.autograd.Function):
         else:
             dmask = _placeholder(q.device, torch.uint8)
         block_m, block_n, _, warps, stages, _, _, _ = blocks
+        # not under torch.compile: dynamo hands a user kernel's launch options over to inductor by name, and
+        # maxnreg is not among those it knows (torch 2.11-2.13), so there it could reach the kernel as an argument
+        maxnreg = None if torch.compiler.is_compiling() else forward_maxnreg(warps, bits)
         far_loops = FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
         o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
@@ -1261,7 +1285,7 @@ class _TritonRPEAttention(torch.autograd.Function):
             M=M, HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
             FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, num_warps=warps, num_stages=stages,
-            **({} if forward_maxnreg(warps, bits) is None else dict(maxnreg=forward_maxnreg(warps, bits))))
+            **({} if maxnreg is None else dict(maxnreg=maxnreg)))
         ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse)
         ctx.dropout_bits = bits
         ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to
@@ -1326,7 +1350,8 @@ class _TritonRPEAttention(torch.autograd.Function):
             q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, dk, dv, dq_acc, far, *strides,
             *dk.stride()[:3], *acc_strides, H, T, S, D, pd.size(1), pd_off, scale, dropout_p,
             BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=fused, FAR_SUMS=fused and table_grad,
-            BAND_Q=block_bwd, BAND_K=step_bwd, **common)
+            BAND_Q=block_bwd, BAND_K=step_bwd,
+            **dict(common, FAR_LOOPS=dkdv_far_loops(ctx.far_loops, ctx.dropout_bits)))
         if fused and table_grad:
             dq_kernel()
         d_table = None
