@@ -24,6 +24,9 @@
 #                    padding or not; the triton kernels' own times, each
 #                    row's host time, the triton/flash/sdpa rows' CUDA-graph
 #                    replay (--graph)                                       120   60  attention.log
+#   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
+#                    step, auto vs each single backend at dropout 0 and
+#                    0.1, and HF (issue 10's auto target)                   150   90  bench_model.log
 #   attention_profile  profile_attention_kernels.py: the triton kernels'
 #                    hardware counters under Nsight Compute (issue slots,
 #                    tensor pipe, occupancy, stall reasons, the hottest
@@ -33,9 +36,6 @@
 #                    backward timed apart (--split)                         120   60  attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
-#   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
-#                    step, auto vs each single backend at dropout 0 and
-#                    0.1, and HF (issue 10's auto target)                   150   90  bench_model.log
 #   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048
 #                    (--graph too)                                          150   60  attention.log
 #   recipe           bench_recipe.py --device cuda: fairseq-hydra-train
@@ -47,8 +47,9 @@
 #                    attention_tests, the whole suite on the GPU host       360  150  tests.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU) 45  30  bench_model.log
 # GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build bench_attention
-# attention_profile triton_tiles attention_tests bench_model bench_attention_lengths (everything
-# issue 10 still owes, its targets first); train = build recipe bench_train other_tests norm_ffn (issue 11's, with the
+# bench_model attention_profile triton_tiles attention_tests bench_attention_lengths (everything
+# issue 10 still owes, its targets first: the kernels at the issue's shape, then the T5-base step
+# that `auto` must not slow, before the profile and the tile sweep); train = build recipe bench_train other_tests norm_ffn (issue 11's, with the
 # rest of the suite); all (the default) = both. A step runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
 # finished, as recorded in GPU_CHECK_STATE (default .gpu_check_state, git-ignored; a call without
@@ -73,8 +74,8 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build bench_attention attention_profile triton_tiles attention_tests bench_model bench_attention_lengths recipe bench_train other_tests norm_ffn"
-ATTENTION_GROUP="build bench_attention attention_profile triton_tiles attention_tests bench_model bench_attention_lengths"
+ALL_STEPS="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths recipe bench_train other_tests norm_ffn"
+ATTENTION_GROUP="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths"
 TRAIN_GROUP="build recipe bench_train other_tests norm_ffn"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
@@ -218,6 +219,8 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
 run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
   --kernel-times --graph --json "$WORK/attention.json"
+run bench_model              150  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
+  --json "$WORK/model.json"
 run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
   --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
@@ -226,8 +229,6 @@ run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attent
   --json "$WORK/attention_tiles.json"
 # shellcheck disable=SC2086
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
-run bench_model              150  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
-  --json "$WORK/model.json"
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --lengths 512 2048 --graph --json "$WORK/attention_lengths.json"
 run recipe                   260 150 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \

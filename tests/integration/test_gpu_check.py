@@ -38,7 +38,7 @@ def test_usage_errors_exit_2_before_any_work(tmp_path):
 def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="attention", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and steps == [(name, "planned") for name in (
-        "build", "bench_attention", "attention_profile", "triton_tiles", "attention_tests", "bench_model",
+        "build", "bench_attention", "bench_model", "attention_profile", "triton_tiles", "attention_tests",
         "bench_attention_lengths")]
     # the attention tables time each row in a CUDA graph too (graph ms beside ms); the tile sweep does not
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
