@@ -316,8 +316,8 @@ def bias_copies(ptx: str) -> str:
     wider copy faults on a GPU (misaligned address). Until 2026-11-26 Triton's alignment analysis
     took them for 16-byte aligned on calls whose row offset and length were multiples of 16 (T != S
     of different parities: `--length 1025 --keys 1024`). "-" also flags a gather that is not
-    pipelined (loaded synchronously, 4 bytes at a time: the fused backward's band kernel, whose loop
-    stalls on it)."""
+    pipelined (loaded synchronously, 4 bytes at a time, so that its loop waits on it: the fused
+    backward's band kernel until 2026-11-26, `triton_rpe_attention._dq_tiles`' LOOP_STAGES)."""
     return "4" if re.search(r"cp\.async\.\w+\.shared\.global \[[^\]]+\], \[[^\]]+\], (?:0x4|4)\b", ptx) else "-"
 
 
@@ -383,7 +383,8 @@ def main(argv=None) -> int:
             (fwd, (_, dkdv, dkdv_consts, *dkdv_rest), (_, dq_fn, dq_consts, *dq_rest)) = kernels
             kernels = (fwd, ("dkdv+dq", dkdv, dict(dkdv_consts, FUSE_DQ=True, FAR_SUMS=True, BAND_Q=block_bwd,
                                                     BAND_K=step_bwd), *dkdv_rest),
-                       ("band", dq_fn, dict(dq_consts, BAND_ONLY=True, DELTA_OUT=False), *dq_rest))
+                       ("band", dq_fn, dict(dq_consts, BAND_ONLY=True, DELTA_OUT=False, BAND_STAGES=bwd_stages),
+                        *dq_rest))
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             maxnreg = tra.forward_maxnreg(kernel_warps, consts["DROPOUT_BITS"]) if name == "fwd" else None

@@ -729,17 +729,20 @@ if triton is not None:
                   sv_t, T, S, qk_scale, dropout_p, M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DQ_PRODUCT: tl.constexpr,
-                  KIND: tl.constexpr, DROPOUT_BITS: tl.constexpr = False):
+                  KIND: tl.constexpr, DROPOUT_BITS: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None):
         """`_bwd_dq_kernel`'s loop over the key tiles lo, lo + BLOCK_N, ... < stop (keys from ``hi``
         on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "far"
         (every distance clamps to -M on the tiles before the band, to M on those after it: they add
         the scalar bias of their side and load no bias; `FAR_LOOPS`; both sides in one loop of at
         least one tile, `_far_walk`, ``far``: (band_lo, right_lo, last, bias before, bias after)),
-        "band". DQ_PRODUCT: dq += dS K (not in the band kernel)."""
+        "band". DQ_PRODUCT: dq += dS K (not in the band kernel). LOOP_STAGES: the loop's pipeline stages
+        given explicitly (`tl.range`'s num_stages; None: the launch's), which makes Triton's pipeliner
+        stage every load of the loop, not only those whose values reach a matrix product: the band
+        kernel's bias reaches none (no dS K there), and was loaded synchronously without it."""
         split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
         if KIND == "far":
             lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_N)
-        for x in range(lo, stop, BLOCK_N):
+        for x in tl.range(lo, stop, BLOCK_N, num_stages=LOOP_STAGES):
             start_n = x
             far_bias = bias_before
             before = True
@@ -784,13 +787,15 @@ if triton is not None:
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False,
-                       DELTA_OUT: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False):
+                       DELTA_OUT: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False,
+                       BAND_STAGES: tl.constexpr = None):
         """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
         come from there too). DELTA_OUT (the split backward, which runs this kernel first): delta =
         rowsum(dO o) computed here from O (laid out as DQ) and written to DELTA for the dK/dV kernel;
-        otherwise read from DELTA."""
+        otherwise read from DELTA. BAND_STAGES (with BAND_ONLY): the launch's pipeline stages, given to its
+        loop explicitly (`_dq_tiles`' LOOP_STAGES)."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -849,7 +854,8 @@ if triton is not None:
                                                       far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS)
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS,
+                                                      LOOP_STAGES=BAND_STAGES)
         elif FAR_LOOPS:  # the key tiles far before and after the queries, then across the band
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
             band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_walk`)
@@ -1341,6 +1347,7 @@ class _TritonRPEAttention(torch.autograd.Function):
                 *strides, *(acc_strides if fused else dq.stride()[:3]),
                 H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
                 **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
+                BAND_STAGES=stages if fused else None,
                 BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
 
         if not fused:  # first: it writes delta (O laid out as dQ: both made by torch.empty(q.shape))

@@ -1045,13 +1045,16 @@ def test_the_kernels_reading_dropout_bits_compile_for_hopper_without_spills_and_
 def test_the_fused_backward_compiles_for_hopper_on_overlapped_wgmma_with_pipelined_loads():
     """The fused backward's two kernels (`BACKWARD` = "fused": dK/dV adding dQ atomically, and the band
     kernel) at sm90's default tiles, with key padding, with and without dropout: wgmma whose products
-    ptxas does not serialize, pipelined loads, single-instruction exponentials, 2 programs per SM."""
+    ptxas does not serialize, pipelined loads, single-instruction exponentials, 2 programs per SM, and
+    the bias gathered in pipelined 4-byte copies (the band kernel's bias feeds no matrix product, and
+    was loaded synchronously until its loop gave its stages explicitly: `_dq_tiles`' LOOP_STAGES)."""
     stdout, lines = compile_check("--variants", "padded", "padded-dropout", "--backward", "fused")
     assert sorted((line["variant"], line["kernel"]) for line in lines) == [
         (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("band", "dkdv+dq", "fwd")]
     assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, stdout
     assert {line["ex2"] for line in lines} == {"ftz"} and {line["ser"] for line in lines} == {"no"}, stdout
     assert min(int(line["occ"]) for line in lines) >= 2, stdout
+    assert {line["bias"] for line in lines} == {"4"}, stdout
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
@@ -1068,6 +1071,7 @@ def test_the_far_loops_compile_for_hopper_without_serialized_products():
     assert {line["dup"] for line in lines if line["kernel"] != "fwd"} == {"1.0"}, stdout
     assert min(int(line["occ"]) for line in lines) >= 2, stdout
     assert all(float(line["far"]) < float(line["i/el"]) for line in lines), stdout
+    assert {line["bias"] for line in lines} == {"4"}, stdout  # the band loops' gather
 
 
 def test_wgmma_serialized_reads_ptxas_performance_warning():
