@@ -1,18 +1,18 @@
-"""Compile the ``triton`` attention backend's kernels for NVIDIA GPUs without a GPU, and report
-for each kernel what decides its speed there: registers, spill stack, shared memory, which
+"""Compile the ``triton`` attention backend's kernels for NVIDIA GPUs without a GPU, and report for
+each kernel what decides its speed there: registers, spill stack, shared memory, which
 matrix-multiply instructions it uses (``wgmma``: Hopper's warpgroup MMA; ``mma``: the Ampere
 instruction, about half of Hopper's rate) and whether its loop's loads are software-pipelined
 (``cp.async`` or TMA copies into shared memory), and ``conv``: how many register tiles its loops
-send through shared memory per iteration (`loop_conversions`), ``ex2``: whether its
-exponentials are single instructions (`instructions`), ``occ``: how many of its programs an SM
-holds at once (`resident_programs`), ``ser``: whether ptxas serializes its Hopper matrix products
+send through shared memory per iteration (`loop_conversions`), ``ex2``: whether its exponentials
+are single instructions (`instructions`), ``occ``: how many of its programs an SM holds at once
+(`resident_programs`), ``ser``: whether ptxas serializes its Hopper matrix products
 (`wgmma_serialized`: each then waits for the previous one), ``bias``: whether it gathers the bias
-4 bytes at a time (its rows are aligned to 4 bytes) in pipelined copies (`bias_copies`), and ``i/el``: the machine instructions of
-its main loop per tile element a thread holds (`loop_instructions`; an H100 SM issues 128 lanes
-of instructions per cycle against 2048 bf16 multiply-adds, and at D 64 an element costs 128
-multiply-adds in the forward, 256 in dK/dV: above about 8 and 16 instructions per element, the
-issue of the element-wise work bounds the loop, not the tensor cores). Triton ships ptxas and
-cuobjdump.
+4 bytes at a time (its rows are aligned to 4 bytes) in pipelined copies (`bias_copies`), and
+``i/el``: the machine instructions of its main loop per tile element a thread holds
+(`loop_instructions`; an H100 SM issues 128 lanes of instructions per cycle against 2048 bf16
+multiply-adds, and at D 64 an element costs 128 multiply-adds in the forward, 256 in dK/dV: above
+about 8 and 16 instructions per element, the issue of the element-wise work bounds the loop, not
+the tensor cores). Triton ships ptxas and cuobjdump.
 
     python benchmarks/compile_triton_rpe.py                      # sm80 + sm90, D 32/64/128, every variant
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
