@@ -49,8 +49,8 @@
 # GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build bench_attention
 # bench_model attention_profile triton_tiles attention_tests bench_attention_lengths (everything
 # issue 10 still owes, its targets first: the kernels at the issue's shape, then the T5-base step
-# that `auto` must not slow, before the profile and the tile sweep); train = build recipe bench_train other_tests norm_ffn (issue 11's, with the
-# rest of the suite); all (the default) = both. A step runs at most once, in the order above.
+# that `auto` must not slow, before the profile and the tile sweep); train = build recipe
+# bench_train other_tests norm_ffn (issue 11's, with the rest of the suite); all (the default) = both. A step runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
 # finished, as recorded in GPU_CHECK_STATE (default .gpu_check_state, git-ignored; a call without
 # RESUME starts it afresh), so the same command again spends the session's remaining device time on
