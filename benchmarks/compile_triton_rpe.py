@@ -82,6 +82,9 @@ def parse_args(argv=None):
                    help="triton_rpe_attention.DROPOUT_MASK (default: the module's): every kernel loads the keep "
                         "mask's bits, drawn once by _dropout_bits_kernel (bits, its figures on a line of their own), "
                         "or draws the mask itself with Philox (philox); dropout variants only")
+    p.add_argument("--band-weights", choices=("on", "off"), default="on",
+                   help="the dQ kernel's BAND_WEIGHTS (on, as it launches: its band tiles' diagonal sums against a "
+                        "weight tile, without dropout; off: masked sums, for the comparison)")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -375,7 +378,7 @@ def main(argv=None) -> int:
                    ("dq", tra._bwd_dq_kernel, dict(common, DROPOUT_BITS=bits,
                                                   TAB=tra._next_pow2(2 * args.max_distance + 1),
                                                   TABLE_GRAD=True, BLOCK_M=block_bwd, BLOCK_N=step_bwd, BAND_ONLY=False,
-                                                  DELTA_OUT=True,
+                                                  DELTA_OUT=True, BAND_WEIGHTS=args.band_weights == "on",
                                                   **tra._band_layout(args.max_distance, block_bwd, step_bwd)),
                     f"{block_bwd}x{step_bwd}",
                     bwd_warps, bwd_stages, bwd_tile, bwd_tile))

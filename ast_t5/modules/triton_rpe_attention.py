@@ -343,7 +343,7 @@ if triton is not None:
     @triton.jit
     def _table_grad_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                          M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, KIND: tl.constexpr = "any",
-                         before=True):
+                         before=True, WEIGHTS: tl.constexpr = False):
         """Add the (BLOCK_M, BLOCK_N) tile ``ds`` (query rows, key columns; its (0, 0) element at
         distance ``base``, a multiple of BLOCK_N; BLOCK_M a multiple of BLOCK_N) to the program's
         per-distance sums (`_bwd_dq_kernel`): ``far_lo`` and ``far_hi`` per query row (distances
@@ -360,10 +360,10 @@ if triton is not None:
 
         KIND: "any" classifies the tile as above; a loop that knows its tiles' class says so
         (`FAR_LOOPS`, the band kernel), and the other branches are not compiled: "far" (every
-        distance <= -M where ``before``, else >= M), "band" (crossing the band)."""
+        distance <= -M where ``before``, else >= M), "band" (crossing the band). WEIGHTS: `_band_tile`'s."""
         if KIND == "band":
             tab, band, far_lo, far_hi = _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M, BLOCK_N, M,
-                                                   ROWS, ALIGNED)
+                                                   ROWS, ALIGNED, WEIGHTS)
         elif KIND == "far":
             rows = tl.sum(ds, 1)
             far_lo += tl.where(before, rows, 0.0)
@@ -374,31 +374,53 @@ if triton is not None:
             far_hi += tl.sum(ds, 1)
         else:
             tab, band, far_lo, far_hi = _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M, BLOCK_N, M,
-                                                   ROWS, ALIGNED)
+                                                   ROWS, ALIGNED, WEIGHTS)
         return tab, band, far_lo, far_hi
 
     @triton.jit
     def _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr):
-        """`_table_grad_tile` for a tile crossing the band: the skew and the diagonal sums."""
+                   M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, WEIGHTS: tl.constexpr = False):
+        """`_table_grad_tile` for a tile crossing the band: the skew and the diagonal sums, one masked
+        column sum per diagonal class w (a compare, a select and an add per element and class).
+        WEIGHTS, with square tiles (BLOCK_M = BLOCK_N: sm90's; two classes, w = 0 where i + c <
+        BLOCK_N, and 1): class 0 is summed against a 0/1 weight tile, which the compiler keeps out of
+        the loop (a fused multiply-add per element), and class 1 is the column sums less class 0's:
+        about 3 fewer instructions per element, for the weights' registers (one per element a thread
+        holds), which the dQ kernel has to spare without dropout only (with it, it spilled more)."""
         rows = tl.arange(0, BLOCK_M)[:, None]
         cols = tl.arange(0, BLOCK_N)[None, :]
         rot = tl.gather(ds, (rows + cols) % BLOCK_N, 1)
-        wraps = (rows + cols) // BLOCK_N
-        exact = (t_idx > 0) & (t_idx < 2 * M)
-        first_row = tl.arange(0, BLOCK_M) == 0
-        for w in tl.static_range(BLOCK_M // BLOCK_N + 1):
-            diag = tl.sum(tl.where(wraps == w, rot, 0.0), 0)  # diagonal c - BLOCK_N w of the tile
-            if ALIGNED:
-                r = (base + M) // BLOCK_N - w + BLOCK_M // BLOCK_N
-                band += tl.where(tl.arange(0, ROWS)[:, None] == r, diag[None, :], 0.0)
-            else:
-                d = base + tl.arange(0, BLOCK_N) - BLOCK_N * w
-                far_lo += tl.where(first_row, tl.sum(tl.where(d <= -M, diag, 0.0), 0), 0.0)
-                far_hi += tl.where(first_row, tl.sum(tl.where(d >= M, diag, 0.0), 0), 0.0)
-                r = t_idx - M - base + BLOCK_N * w  # the column of ``diag`` holding table entry t
-                got = tl.gather(diag, tl.minimum(tl.maximum(r, 0), BLOCK_N - 1), 0)
-                tab += tl.where(exact & (r >= 0) & (r < BLOCK_N), got, 0.0)
+        if WEIGHTS and BLOCK_M == BLOCK_N:
+            first = tl.sum(rot * (rows + cols < BLOCK_N).to(tl.float32), 0)
+            tab, band, far_lo, far_hi = _band_diagonals(first, 0, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M,
+                                                        BLOCK_N, M, ROWS, ALIGNED)
+            tab, band, far_lo, far_hi = _band_diagonals(tl.sum(rot, 0) - first, 1, base, tab, band, far_lo, far_hi,
+                                                        t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED)
+        else:
+            wraps = (rows + cols) // BLOCK_N
+            for w in tl.static_range(BLOCK_M // BLOCK_N + 1):
+                tab, band, far_lo, far_hi = _band_diagonals(tl.sum(tl.where(wraps == w, rot, 0.0), 0), w, base, tab,
+                                                            band, far_lo, far_hi, t_idx, BLOCK_M, BLOCK_N, M, ROWS,
+                                                            ALIGNED)
+        return tab, band, far_lo, far_hi
+
+    @triton.jit
+    def _band_diagonals(diag, w: tl.constexpr, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr,
+                        BLOCK_N: tl.constexpr, M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr):
+        """Add ``diag``, the sums of diagonal class w of a band tile (`_table_grad_tile`: column c holds
+        distance base + c - BLOCK_N w), to the program's per-distance sums."""
+        if ALIGNED:
+            r = (base + M) // BLOCK_N - w + BLOCK_M // BLOCK_N
+            band += tl.where(tl.arange(0, ROWS)[:, None] == r, diag[None, :], 0.0)
+        else:
+            first_row = tl.arange(0, BLOCK_M) == 0
+            exact = (t_idx > 0) & (t_idx < 2 * M)
+            d = base + tl.arange(0, BLOCK_N) - BLOCK_N * w
+            far_lo += tl.where(first_row, tl.sum(tl.where(d <= -M, diag, 0.0), 0), 0.0)
+            far_hi += tl.where(first_row, tl.sum(tl.where(d >= M, diag, 0.0), 0), 0.0)
+            r = t_idx - M - base + BLOCK_N * w  # the column of ``diag`` holding table entry t
+            got = tl.gather(diag, tl.minimum(tl.maximum(r, 0), BLOCK_N - 1), 0)
+            tab += tl.where(exact & (r >= 0) & (r < BLOCK_N), got, 0.0)
         return tab, band, far_lo, far_hi
 
     @triton.jit
@@ -729,7 +751,8 @@ if triton is not None:
                   sv_t, T, S, qk_scale, dropout_p, M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DQ_PRODUCT: tl.constexpr,
-                  KIND: tl.constexpr, DROPOUT_BITS: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None):
+                  KIND: tl.constexpr, DROPOUT_BITS: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
+                  WEIGHTS: tl.constexpr = False):
         """`_bwd_dq_kernel`'s loop over the key tiles lo, lo + BLOCK_N, ... < stop (keys from ``hi``
         on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "far"
         (every distance clamps to -M on the tiles before the band, to M on those after it: they add
@@ -738,7 +761,8 @@ if triton is not None:
         "band". DQ_PRODUCT: dq += dS K (not in the band kernel). LOOP_STAGES: the loop's pipeline stages
         given explicitly (`tl.range`'s num_stages; None: the launch's), which makes Triton's pipeliner
         stage every load of the loop, not only those whose values reach a matrix product: the band
-        kernel's bias reaches none (no dS K there), and was loaded synchronously without it."""
+        kernel's bias reaches none (no dS K there), and was loaded synchronously without it. WEIGHTS:
+        `_band_tile`'s."""
         split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
         if KIND == "far":
             lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_N)
@@ -775,7 +799,8 @@ if triton is not None:
                 dq += _dot(ds.to(k.dtype), k, PRECISION)
             if TABLE_GRAD:  # BLOCK_M a multiple of BLOCK_N
                 tab, band, far_lo, far_hi = _table_grad_tile(ds, start_n - start_m, tab, band, far_lo, far_hi,
-                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED, KIND, before)
+                                                             t_idx, BLOCK_M, BLOCK_N, M, ROWS, ALIGNED, KIND, before,
+                                                             WEIGHTS=WEIGHTS)
         return dq, tab, band, far_lo, far_hi
 
     @triton.jit
@@ -788,14 +813,16 @@ if triton is not None:
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False,
                        DELTA_OUT: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False,
-                       BAND_STAGES: tl.constexpr = None):
+                       BAND_STAGES: tl.constexpr = None, BAND_WEIGHTS: tl.constexpr = True):
         """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
         come from there too). DELTA_OUT (the split backward, which runs this kernel first): delta =
         rowsum(dO o) computed here from O (laid out as DQ) and written to DELTA for the dK/dV kernel;
         otherwise read from DELTA. BAND_STAGES (with BAND_ONLY): the launch's pipeline stages, given to its
-        loop explicitly (`_dq_tiles`' LOOP_STAGES)."""
+        loop explicitly (`_dq_tiles`' LOOP_STAGES). BAND_WEIGHTS: the band tiles' diagonal sums against a
+        weight tile (`_band_tile`'s WEIGHTS) where it pays, without dropout (False: never; for
+        benchmarks/compile_triton_rpe.py's comparison)."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -855,6 +882,7 @@ if triton is not None:
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                                       DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS,
+                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT,
                                                       LOOP_STAGES=BAND_STAGES)
         elif FAR_LOOPS:  # the key tiles far before and after the queries, then across the band
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
@@ -870,13 +898,15 @@ if triton is not None:
                                                       far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS)
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS,
+                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT)
         else:
             dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo, far_hi,
                                                       *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                                      DQ_PRODUCT=not BAND_ONLY, KIND="any", DROPOUT_BITS=DROPOUT_BITS)
+                                                      DQ_PRODUCT=not BAND_ONLY, KIND="any", DROPOUT_BITS=DROPOUT_BITS,
+                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT)
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],

@@ -1042,6 +1042,29 @@ def test_the_kernels_reading_dropout_bits_compile_for_hopper_without_spills_and_
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_the_band_tiles_diagonal_sums_against_weights_take_fewer_instructions_without_spilling():
+    """`_band_tile`'s WEIGHTS at sm90's default (square) tiles: without dropout, the dQ kernel (split
+    backward) and the band kernel (fused backward) issue at least 2 fewer instructions per element in
+    their loop than with masked sums (`--band-weights off`), spill nothing and hold as many programs per
+    SM; with dropout, where the weights' registers would spill, the dQ kernel is the same either way."""
+    options = ("--variants", "plain", "padded", "padded-dropout")
+    _, split_on = compile_check(*options)
+    _, split_off = compile_check(*options, "--band-weights", "off")
+    _, fused_on = compile_check("--variants", "padded", "--backward", "fused")
+    _, fused_off = compile_check("--variants", "padded", "--backward", "fused", "--band-weights", "off")
+    on = [r for r in split_on + fused_on if r["kernel"] in ("dq", "band")]
+    off = [r for r in split_off + fused_off if r["kernel"] in ("dq", "band")]
+    assert [(r["variant"], r["kernel"]) for r in on] == [(r["variant"], r["kernel"]) for r in off] == [
+        ("plain", "dq"), ("padded", "dq"), ("padded-dropout", "dq"), ("padded", "band")]
+    for row, before in zip(on, off):
+        if row["variant"] == "padded-dropout":
+            assert {k: v for k, v in row.items() if k != "s"} == {k: v for k, v in before.items() if k != "s"}
+            continue
+        assert float(row["i/el"]) <= float(before["i/el"]) - 2, (row, before)
+        assert row["stack"] == "0" and row["occ"] == before["occ"], (row, before)
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
 def test_the_fused_backward_compiles_for_hopper_on_overlapped_wgmma_with_pipelined_loads():
     """The fused backward's two kernels (`BACKWARD` = "fused": dK/dV adding dQ atomically, and the band
     kernel) at sm90's default tiles, with key padding, with and without dropout: wgmma whose products
