@@ -380,18 +380,24 @@ if triton is not None:
     @triton.jit
     def _band_tile(ds, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                    M: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr, WEIGHTS: tl.constexpr = False):
-        """`_table_grad_tile` for a tile crossing the band: the skew and the diagonal sums, one masked
-        column sum per diagonal class w (a compare, a select and an add per element and class).
-        WEIGHTS, with square tiles (BLOCK_M = BLOCK_N: sm90's; two classes, w = 0 where i + c <
-        BLOCK_N, and 1): class 0 is summed against a 0/1 weight tile, which the compiler keeps out of
-        the loop (a fused multiply-add per element), and class 1 is the column sums less class 0's:
-        about 3 fewer instructions per element, for the weights' registers (one per element a thread
-        holds), which the dQ kernel has to spare without dropout only (with it, it spilled more)."""
+        """`_table_grad_tile` for a tile crossing the band: the skew and the diagonal sums, of its
+        BLOCK_M / BLOCK_N + 1 diagonal classes w (element (i, c) of the skewed tile is in class
+        (i + c) // BLOCK_N). Square tiles (BLOCK_M = BLOCK_N: sm90's) have two: class 0 is a masked
+        column sum (a compare, a select and an add per element) and class 1 the column sums less
+        class 0's (one add per element), where two masked sums took five. WEIGHTS (square tiles):
+        class 0 is summed against a 0/1 weight tile instead, which the compiler keeps out of the loop
+        (one fused multiply-add per element), for the weights' registers (one per element a thread
+        holds), which the dQ kernel has to spare without dropout only (with it, it spilled more).
+        Taller tiles sum every class masked (the last as the sums less the others' took more
+        instructions there)."""
         rows = tl.arange(0, BLOCK_M)[:, None]
         cols = tl.arange(0, BLOCK_N)[None, :]
         rot = tl.gather(ds, (rows + cols) % BLOCK_N, 1)
-        if WEIGHTS and BLOCK_M == BLOCK_N:
-            first = tl.sum(rot * (rows + cols < BLOCK_N).to(tl.float32), 0)
+        if BLOCK_M == BLOCK_N:
+            if WEIGHTS:
+                first = tl.sum(rot * (rows + cols < BLOCK_N).to(tl.float32), 0)
+            else:
+                first = tl.sum(tl.where(rows + cols < BLOCK_N, rot, 0.0), 0)
             tab, band, far_lo, far_hi = _band_diagonals(first, 0, base, tab, band, far_lo, far_hi, t_idx, BLOCK_M,
                                                         BLOCK_N, M, ROWS, ALIGNED)
             tab, band, far_lo, far_hi = _band_diagonals(tl.sum(rot, 0) - first, 1, base, tab, band, far_lo, far_hi,
