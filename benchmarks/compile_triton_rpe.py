@@ -83,8 +83,9 @@ def parse_args(argv=None):
                         "mask's bits, drawn once by _dropout_bits_kernel (bits, its figures on a line of their own), "
                         "or draws the mask itself with Philox (philox); dropout variants only")
     p.add_argument("--band-weights", choices=("on", "off"), default="on",
-                   help="the dQ kernel's BAND_WEIGHTS (on, as it launches: its band tiles' diagonal sums against a "
-                        "weight tile, without dropout; off: masked sums, for the comparison)")
+                   help="the dQ kernel's BAND_WEIGHTS (on, as it launches: without dropout, its square band tiles "
+                        "sum one diagonal class against a 0/1 weight tile; off: a masked sum, as with dropout, for "
+                        "the comparison)")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")

@@ -353,7 +353,7 @@ if triton is not None:
         A tile beyond the band adds its row sums (no reduction across warps). A tile crossing it
         is skewed: row i rotated by i, rot[i, c] = ds[i, (i + c) % BLOCK_N], holds distance
         base + c - BLOCK_N w in the elements with w = (i + c) // BLOCK_N, so BLOCK_M / BLOCK_N + 1
-        masked column sums give every diagonal once. ALIGNED, diagonal class w of the tile is entry
+        column sums, one per class (`_band_tile`), give every diagonal once. ALIGNED, diagonal class w of the tile is entry
         t = c + BLOCK_N (r - BLOCK_M / BLOCK_N) with r = (base + M) / BLOCK_N - w + BLOCK_M /
         BLOCK_N: one row of ``band``, selected without moving data (the far distances land in its
         rows t <= 0 and t >= 2 M). Otherwise two 1-D gathers per class place it in ``tab``.
