@@ -4,6 +4,7 @@
 #
 #   GPU_CHECK_STEPS=attention bash scripts/gpu_check.sh OUTDIR   # issue 10: attention backends, tiles, auto
 #   GPU_CHECK_STEPS=train     bash scripts/gpu_check.sh OUTDIR   # issue 11: the recipe, trainer vs HF, the suite
+#   GPU_CHECK_STEPS=headline  bash scripts/gpu_check.sh OUTDIR   # both issues' target figures first (below)
 #
 # On the project's GPU host (Python 3.12, CUDA torch, no package registry), from the project root,
 # with .device carried (made on the CPU machine by `bash scripts/device_bundle.sh`: the wheels the
@@ -50,7 +51,12 @@
 # bench_model attention_profile triton_tiles attention_tests bench_attention_lengths (everything
 # issue 10 still owes, its targets first: the kernels at the issue's shape, then the T5-base step
 # that `auto` must not slow, before the profile and the tile sweep); train = build recipe
-# bench_train other_tests norm_ffn (issue 11's, with the rest of the suite); all (the default) = both. A step runs at most once, in the order above.
+# bench_train other_tests norm_ffn (issue 11's, with the rest of the suite); headline = build
+# bench_attention bench_model recipe bench_train (the figure of every target of both issues and
+# nothing else: the attention kernels at 1024 against 1.0 ms and 2x, `auto` in the model step, the
+# recipe's MFU and OOM recoveries, the trainer against Hugging Face; about 520 s at the caps, so
+# bench_train usually falls to a resumed call); all (the default) = attention and train. A step
+# runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
 # finished, as recorded in GPU_CHECK_STATE (default .gpu_check_state, git-ignored; a call without
 # RESUME starts it afresh), so the same command again spends the session's remaining device time on
@@ -77,14 +83,16 @@ DRY=${GPU_CHECK_DRY_RUN:-0}
 ALL_STEPS="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths recipe bench_train other_tests norm_ffn"
 ATTENTION_GROUP="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths"
 TRAIN_GROUP="build recipe bench_train other_tests norm_ffn"
+HEADLINE_GROUP="build bench_attention bench_model recipe bench_train"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
     all) STEPS="$STEPS $ALL_STEPS" ;;
     attention) STEPS="$STEPS $ATTENTION_GROUP" ;;
     train) STEPS="$STEPS $TRAIN_GROUP" ;;
+    headline) STEPS="$STEPS $HEADLINE_GROUP" ;;
     build|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_attention_lengths|recipe|bench_train|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
-    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train; steps: $ALL_STEPS)" >&2; exit 2 ;;
+    *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train headline; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
 case $BUDGET in ''|*[!0-9]*) echo "gpu_check: GPU_CHECK_BUDGET_S must be a whole number of seconds, not '$BUDGET'" >&2; exit 2 ;; esac

@@ -27,7 +27,7 @@ def plan(tmp_path, **env):
 def test_usage_errors_exit_2_before_any_work(tmp_path):
     proc = gpu_check(tmp_path / "out", GPU_CHECK_STEPS="attention bogus")
     assert proc.returncode == 2 and "unknown step 'bogus'" in proc.stderr
-    assert "groups: all attention train;" in proc.stderr and "recipe" in proc.stderr
+    assert "groups: all attention train headline;" in proc.stderr and "recipe" in proc.stderr
     assert not os.listdir(tmp_path / "out")  # nothing ran
     proc = gpu_check(tmp_path / "out", GPU_CHECK_BUDGET_S="9m")
     assert proc.returncode == 2 and "whole number of seconds" in proc.stderr
@@ -49,6 +49,10 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     # a step named twice (a group and itself) runs once, in the script's order
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="norm_ffn train build", GPU_CHECK_BUDGET_S=10000)
     assert [name for name, _ in steps] == ["build", "recipe", "bench_train", "other_tests", "norm_ffn"]
+    # headline: the steps that measure the two issues' targets, in the script's order
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=10000)
+    assert rc == 0 and [name for name, _ in steps] == ["build", "bench_attention", "bench_model", "recipe",
+                                                      "bench_train"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the attention one first
     assert len(steps) == 11 and steps[0][0] == "build" and steps[1][0] == "bench_attention"
     assert steps[-1][0] == "norm_ffn"
