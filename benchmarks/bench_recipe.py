@@ -19,7 +19,7 @@ tokens), samples per update, model TFLOP/s and MFU (logged by our criterion: ``a
 of each interval (the GPU's memory minus fairseq's ``gb_free``, which is measured from the
 allocator's peak since the previous record). Steady state: the median over the records after the
 first (warm-up) whose interval compiled no new graph (``model.compile`` compiles once per length
-bucket: tens of seconds each, amortized in a long run but not in 200 updates); the count and time of
+class: tens of seconds each, amortized in a long run but not in 200 updates); the count and time of
 the compilations are reported beside it. The default corpus is small (about 60 updates of 131k
 tokens per epoch), so epoch boundaries (new data-loader workers) fall inside some records too. Every OOM recovery fairseq logs is counted: the
 recipes' target is none.

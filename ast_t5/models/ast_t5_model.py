@@ -15,17 +15,20 @@ the first call, inside fairseq's trainer, after it has moved and cast the model.
 target lengths are padded to multiples of ``compile_pad_multiple`` first (and the outputs cropped
 back; padding is masked in the encoder and lies after every real position of the causal decoder,
 so real positions see exactly what they saw before), so the graphs see a bounded set of shapes;
-the batch dimension and the length buckets then become dynamic after the first recompilation
-(torch's automatic dynamic shapes). Every compilation is logged with its wall time. Only forwards
+the batch and length dimensions are marked dynamic from the first graph on (``compile_dynamic``,
+default true; false leaves them to torch's automatic dynamic shapes, which compiles a first graph
+static for the first batch's exact shape and recompiles at the first change, one full compilation
+more). Every compilation is logged with its wall time. Only forwards
 with gradients are compiled: validation and scoring (``torch.no_grad``) run eagerly, since grad
 mode is a guard of the compiled graphs and would double them. The encoder and decoder called on
 their own (generation, incremental decoding, export) stay eager too.
 
-How many graphs: one per class of inputs the traced code branches on, each compiled once (the
-first of all with static shapes). On a GPU with ``auto`` a stack's biased attention runs on
-``sdpa`` up to 128 queries and on ``flex`` beyond (`attention_backends.FLEX_MIN_QUERIES`), so
-the classes are source <= 128 or longer times target <= 128 or longer: at most 1 + 4 graphs,
-inside torch's recompile limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures).
+How many graphs: one per class of inputs the traced code branches on, each compiled once (and,
+with ``compile_dynamic=false``, a static one first). On a GPU with ``auto`` a stack's biased
+attention runs on ``sdpa`` up to 128 queries and on ``flex`` beyond
+(`attention_backends.FLEX_MIN_QUERIES`), so the classes are source <= 128 or longer times target
+<= 128 or longer: at most 4 graphs (5), inside torch's recompile limit (`MIN_RECOMPILE_LIMIT`,
+which ``model.compile`` ensures).
 """
 import logging
 import time
@@ -77,6 +80,8 @@ class AstT5Model(FairseqEncoderDecoderModel):
                 self._eager_forward(src, src_lengths, prev, **kwargs)
             ensure_recompile_limit(MIN_RECOMPILE_LIMIT)
             self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
+        if self.cfg.compile_dynamic:
+            _mark_dynamic(src, src_lengths, prev)
         graphs = _compiled_graph_count()
         start = time.perf_counter()
         x, extra = self._compiled_forward(src, src_lengths, prev, **kwargs)
@@ -183,7 +188,8 @@ def pad_to_bucket(tokens: torch.Tensor, multiple: int, limit: int, pad: int) -> 
     return tokens if target == length else F.pad(tokens, (0, target - length), value=pad)
 
 
-# Graphs the compiled training forward may need (see the module docstring: 1 + 4 classes), with
+# Graphs the compiled training forward may need (see the module docstring: 4 classes, 1 + 4 with
+# compile_dynamic=false), with
 # room for what only a GPU run can show. torch's default limit is 8 per function; past it, new
 # shapes silently run eagerly (slower, and with more activation memory than the recipes plan).
 MIN_RECOMPILE_LIMIT = 16
@@ -199,6 +205,18 @@ def ensure_recompile_limit(minimum: int) -> None:
         setattr(dynamo_config, name, minimum)
         logger.info("torch.compile: torch._dynamo.config.%s raised from %d to %d (graphs of the "
                     "training forward: one per length class)", name, current, minimum)
+
+
+def _mark_dynamic(src: torch.Tensor, src_lengths, prev: torch.Tensor) -> None:
+    """Mark the batch and length dimensions of the compiled forward's inputs dynamic (``maybe``: a
+    dimension the traced code specializes, or of size 1, stays static without an error), so that
+    the first graph is already the one later batches reuse (`compile_dynamic`)."""
+    mark = torch._dynamo.maybe_mark_dynamic
+    for t in (src, prev):
+        mark(t, 0)
+        mark(t, 1)
+    if torch.is_tensor(src_lengths):
+        mark(src_lengths, 0)
 
 
 def _compiled_graph_count() -> int:

@@ -80,9 +80,10 @@ class AstT5Config(FairseqDataclass):
     activation_dropout: float = field(default=0.0, metadata={"help": "dropout inside the feed-forward block"})
     attention_backend: AttentionBackendChoice = field(
         default="auto", metadata={"help": "attention implementation: " + ", ".join(ATTENTION_BACKENDS)
-                                  + " (auto follows attention_backends.AUTO_TABLE and logs each choice once; triton: our "
-                                  "Triton kernel with the bias per distance, dropout and the table "
-                                  "gradient, CUDA only, not measured yet so never picked by auto)"})
+                                  + " (auto follows attention_backends.AUTO_TABLE and logs each choice "
+                                  "once; triton: our Triton kernel with the bias per distance, dropout "
+                                  "and the table gradient, CUDA only, auto's choice for biased calls on "
+                                  "sm90 in bf16/fp16)"})
     fused_norm_ffn: FusedNormFfnChoice = field(
         default="auto", metadata={"help": "RMSNorm and gated GELU (t5_v11): eager (PyTorch ops), liger "
                                   "(liger-kernel's Triton kernels, CUDA, the [gpu] extra; same parameters) "
@@ -97,6 +98,10 @@ class AstT5Config(FairseqDataclass):
     compile_backend: str = field(default="inductor", metadata={
         "help": "torch.compile backend (inductor: generated kernels; aot_eager: traced graphs run "
                 "by PyTorch's own ops, compiles in seconds, for tests)"})
+    compile_dynamic: bool = field(default=True, metadata={
+        "help": "with compile: the batch and length dimensions are dynamic from the first graph on "
+                "(false: torch's automatic dynamic shapes, which compile the first graph for the first "
+                "batch's exact shape and once more at the first change)"})
     compile_pad_multiple: int = field(default=64, metadata={
         "help": "with compile: source and target lengths are padded to a multiple of this inside "
                 "the model (outputs cropped back), so the compiled graphs see a bounded set of shapes"})

@@ -88,6 +88,32 @@ def test_compiled_training_matches_eager_without_recompiling_per_batch(task_dir,
         assert math.isclose(a, b, rel_tol=1e-4), (losses, eager)
 
 
+@pytest.mark.parametrize("dynamic", [True, False])
+def test_the_first_compiled_graph_is_already_dynamic_in_batch_and_lengths(dynamic):
+    """model.compile_dynamic (default): batches of other sizes and length buckets reuse the first
+    graph; false: torch compiles the first graph for the first batch's exact shape, and again, with
+    dynamic shapes, at the first change."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+    from ast_t5.models.ast_t5_model import _compiled_graph_count
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"w{i}")
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, compile=True,
+                                       compile_backend="aot_eager", compile_dynamic=dynamic).train()
+    before = _compiled_graph_count()
+    for rows, src_len, tgt_len in [(4, 40, 10), (6, 100, 30), (3, 70, 20), (6, 40, 10)]:
+        src = torch.randint(4, len(d), (rows, src_len))
+        src[0, -5:] = d.pad()
+        prev = torch.randint(4, len(d), (rows, tgt_len))
+        model(src, torch.full((rows,), src_len), prev)[0].float().mean().backward()
+    assert _compiled_graph_count() - before == (1 if dynamic else 2)
+
+
 def test_compiled_model_decodes_incrementally_like_its_training_forward():
     from fairseq.data import Dictionary
 
@@ -161,7 +187,7 @@ def test_compiled_training_with_the_gpu_dispatch_keeps_few_graphs_and_eager_grad
     """On a GPU, `auto` runs biased attention on flex inside the compiled forward, whose block masks
     are built in the graph. Their guards (one block or more) and grad mode made torch compile a new
     graph per length class and per train/eval switch, until its recompile limit (8) sent new shapes
-    to eager mode for the rest of the run. Now: at most 1 + 4 graphs over a run's mix of lengths
+    to eager mode for the rest of the run. Now: one graph per length class over a run's mix of lengths
     (none more on a second pass), validation forwards are not compiled, flex really ran in the
     traced graphs, and loss and gradients equal the eager reference."""
     from fairseq.data import Dictionary
@@ -196,10 +222,12 @@ def test_compiled_training_with_the_gpu_dispatch_keeps_few_graphs_and_eager_grad
             model(src, None, prev)[0].float().logsumexp(-1).mean().backward()
         graphs_after_pass.append(len(_GRAPHS))
     first_pass = graphs_after_pass[0]
-    # one static graph, then one per class: source <= 128 or longer x target <= 128 or longer (no
-    # target here outgrows a source of 128 or less). With flex at 128 queries (one block) there was
-    # a class more per stack, and the no-gradient forwards added their own graphs.
-    assert 2 <= first_pass <= 4, _GRAPHS
+    # one graph per class: source <= 128 or longer x target <= 128 or longer (no target here
+    # outgrows a source of 128 or less), by their flex calls none, the encoder's, both stacks'; no
+    # static graph for the first batch's shape (model.compile_dynamic: it was a fourth). With flex at
+    # 128 queries (one block) there was a class more per stack, and the no-gradient forwards added
+    # their own graphs.
+    assert sorted(_GRAPHS) == [0, 2, 4], _GRAPHS
     assert graphs_after_pass[1] == first_pass  # the second pass over the same lengths compiled nothing
     assert max(_GRAPHS) == 4  # flex ran in the graphs of long batches (2 encoder + 2 decoder layers)
     assert torch._dynamo.config.recompile_limit >= MIN_RECOMPILE_LIMIT
