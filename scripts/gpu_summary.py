@@ -185,6 +185,17 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
     return lines
 
 
+def optimizer_lines(optimizer: Optional[Dict]) -> List[str]:
+    """The adamw_scale step (bench_optimizer): foreach against the fused kernel, and the floor."""
+    if not isinstance(optimizer, dict) or not isinstance(optimizer.get("steps"), dict):
+        return []
+    steps = optimizer["steps"]
+    return [f"adamw_scale step ({optimizer.get('arch')}, {optimizer.get('parameters', 0) / 1e6:.0f}M fp32): "
+            f"foreach {_ms(steps.get('foreach', {}).get('ms'))} ms, fused {_ms(steps.get('fused', {}).get('ms'))} "
+            f"ms ({optimizer.get('speedup_fused', 0):.2f}x; the fused kernel is adamw_scale's default, "
+            f"fused=false to leave it), floor {_ms(optimizer.get('floor_ms'))} ms"]
+
+
 def summary(figures: Dict) -> List[str]:
     lines = [f"gpu_check summary ({figures.get('device', '?')}, torch {figures.get('torch', '?')}, "
              f"{figures.get('date', '?')})"]
@@ -200,6 +211,7 @@ def summary(figures: Dict) -> List[str]:
     if isinstance(figures.get("model"), dict):
         lines += model_lines(figures["model"])
     lines += train_lines(figures.get("recipe"), figures.get("train"))
+    lines += optimizer_lines(figures.get("optimizer"))
     if figures.get("pytest_summaries"):
         lines.append("tests: " + "; ".join(figures["pytest_summaries"]))
     if figures.get("pytest_failures"):

@@ -116,9 +116,12 @@ def _one_update(task_dir, overrides, monkeypatch, budget=False):
     return reads.calls, task
 
 
-@pytest.mark.parametrize("optimizer", ["adamw_scale", "t5_adafactor", "adamw_torch"])
+@pytest.mark.parametrize("optimizer", ["adamw_scale", "adamw_scale foreach", "t5_adafactor", "adamw_torch"])
 def test_one_update_reads_nothing_back_to_the_host(task_dir, monkeypatch, optimizer):
-    switch = [] if optimizer == "adamw_scale" else [f"optimizer._name={optimizer}"]
+    """adamw_scale: its fused kernel (the default on CPU and CUDA); "foreach": its foreach ops."""
+    switch = [] if optimizer.startswith("adamw_scale") else [f"optimizer._name={optimizer}"]
+    if optimizer == "adamw_scale foreach":
+        switch += ["++optimizer.fused=false"]
     if optimizer == "t5_adafactor":
         switch += ["~optimizer.adam_betas"]
     calls, _ = _one_update(task_dir, switch, monkeypatch)

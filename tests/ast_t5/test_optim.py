@@ -31,10 +31,47 @@ def test_adamw_scale_foreach_matches_the_loop(weight_decay):
     a, b = _params(), _params()
     kw = dict(lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=weight_decay)
     out_loop = _run(a, AdamWScale(a, foreach=False, **kw))
-    out_each = _run(b, AdamWScale(b, foreach=True, **kw))
+    out_each = _run(b, AdamWScale(b, foreach=True, fused=False, **kw))
     for x, y, p0 in zip(out_loop, out_each, _params()):
         assert not torch.equal(x, p0)
         torch.testing.assert_close(y, x, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adamw_scale_fused_kernel_matches_the_loop(weight_decay, monkeypatch):
+    """fused=True: torch's fused AdamW kernel, one call per parameter with its RMS-scaled learning
+    rate, gives the loop's update (and really ran: every parameter went through it each step)."""
+    calls = []
+    kernel = torch._fused_adamw_
+    monkeypatch.setattr(torch, "_fused_adamw_", lambda *a, **k: calls.append(len(a[0])) or kernel(*a, **k))
+    a, b = _params(), _params()
+    kw = dict(lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=weight_decay)
+    out_loop = _run(a, AdamWScale(a, foreach=False, **kw))
+    fused = AdamWScale(b, foreach=True, fused=True, **kw)
+    out_fused = _run(b, fused)
+    assert calls == [1] * len(SHAPES) * 5
+    for x, y, p0 in zip(out_loop, out_fused, _params()):
+        assert not torch.equal(x, p0)
+        torch.testing.assert_close(y, x, rtol=1e-6, atol=1e-7)
+    assert all(s["step"] == 5 and s["exp_avg"].dtype == torch.float32 for s in fused.state.values())
+
+
+def test_adamw_scale_fused_is_auto_on_cuda_and_cpu_and_leaves_other_dtypes_to_foreach(monkeypatch):
+    from ast_t5.optim.adamw_scale import _takes_fused
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    fp32 = _params()
+    for p in fp32:
+        p.grad = torch.zeros_like(p)
+    assert _takes_fused(None, cuda, torch.float32, fp32) and _takes_fused(None, cpu, torch.float32, fp32)
+    assert not _takes_fused(None, torch.device("meta"), torch.float32, fp32)
+    assert _takes_fused(True, cpu, torch.float32, fp32) and not _takes_fused(False, cuda, torch.float32, fp32)
+    bf16 = _params(dtype=torch.bfloat16)
+    for p in bf16:
+        p.grad = torch.zeros_like(p)
+    assert not _takes_fused(True, cuda, torch.bfloat16, bf16)
+    monkeypatch.setattr(torch, "_fused_adamw_", lambda *a, **k: pytest.fail("bf16 took the fused kernel"))
+    _run(bf16, AdamWScale(bf16, lr=0.01, fused=True), 2)
 
 
 def test_adamw_scale_foreach_on_bf16_parameters_keeps_fp32_moments():
@@ -147,20 +184,29 @@ def test_registered_optimizers_clip_with_ours(cls, monkeypatch):
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_clip_and_foreach_steps_on_cuda_match_cpu():
+def test_clip_and_foreach_steps_on_cuda_match_cpu(monkeypatch):
     cpu, gpu = _grads(), _grads(device="cuda")
     n_cpu, n_gpu = clip_grad_norm_(cpu, 1.0), clip_grad_norm_(gpu, 1.0)
     assert n_gpu.device.type == "cuda"
     torch.testing.assert_close(n_gpu.cpu(), n_cpu, rtol=1e-5, atol=1e-6)
-    a, b = _params(), [torch.nn.Parameter(p.detach().cuda()) for p in _params()]
-    opt_a, opt_b = AdamWScale(a, lr=0.01), AdamWScale(b, lr=0.01)
-    for p, q in zip(a, b):
-        p.grad = torch.ones_like(p)
-        q.grad = torch.ones_like(q)
-    opt_a.step()
-    opt_b.step()
-    for p, q in zip(a, b):
-        torch.testing.assert_close(q.detach().cpu(), p.detach(), rtol=1e-5, atol=1e-6)
+    calls = []
+    kernel = torch._fused_adamw_
+    monkeypatch.setattr(torch, "_fused_adamw_", lambda *a, **k: calls.append(a[0][0].device.type) or kernel(*a, **k))
+    kw = dict(lr=0.01, betas=(0.9, 0.99), weight_decay=0.1)
+    a = _params()
+    reference = _run(a, AdamWScale(a, foreach=False, **kw))
+    for fused in (None, False):  # auto: the fused kernel on CUDA; then the foreach ops
+        calls.clear()
+        b = [torch.nn.Parameter(p.detach().cuda()) for p in _params()]
+        g = torch.Generator().manual_seed(1)  # _run's gradients, made on the CPU and moved
+        opt = AdamWScale(b, fused=fused, **kw)
+        for _ in range(5):
+            for q in b:
+                q.grad = torch.randn(q.shape, generator=g).cuda()
+            opt.step()
+        assert calls == (["cuda"] * len(SHAPES) * 5 if fused is None else [])
+        for p, q in zip(reference, b):
+            torch.testing.assert_close(q.detach().cpu(), p, rtol=1e-5, atol=1e-6)
 
 
 def test_adamw_torch_follows_fairseqs_adam():

@@ -40,6 +40,8 @@ FIGURES = {
                            "mfu": 31.2, "oom_recoveries": 0, "recompile_limit_hits": 0, "peak_gib": 70.5}},
     "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33}, "hf": {"tokens_per_s": 150000.0},
               "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9},
+    "optimizer": {"arch": "t5_v11_base", "parameters": 247.6e6, "steps": {"foreach": {"ms": 9.5}, "fused": {"ms": 3.1}},
+                  "speedup_fused": 3.06, "floor_ms": 2.7},
     "pytest_summaries": ["60 passed, 3 skipped in 120.0s"], "pytest_failures": ["tests/x.py::test_y"],
 }
 
@@ -82,6 +84,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "OOM recoveries 0, recompile-limit hits 0, peak 70.500 GiB") in out
     assert ("bench_train: ours 300000 tokens/s, MFU 33.0%; HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: "
             "met), peak memory ours / HF 0.90x") in out
+    assert ("adamw_scale step (t5_v11_base, 248M fp32): foreach 9.500 ms, fused 3.100 ms (3.06x; the fused "
+            "kernel is adamw_scale's default, fused=false to leave it), floor 2.700 ms") in out
     assert "tests: 60 passed" in out and "failed tests: tests/x.py::test_y" in out
 
 

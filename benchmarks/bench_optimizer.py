@@ -1,0 +1,175 @@
+"""One `adamw_scale` step over a model's parameters: the foreach update against the fused kernel.
+
+Under the GPU recipes (``common.bf16``) fairseq's FP16Optimizer hands `AdamWScale` the fp32 master
+weights and their fp32 gradients, and the step is a pass of memory-bound element-wise work over
+about 1 GB per tensor (T5-base: 248M parameters). Two implementations of the same update
+(`ast_t5.optim.adamw_scale`), timed side by side in one run on the same tensors' copies:
+
+- ``foreach``: torch's multi-tensor kernels, ten passes, 23 reads or writes of a tensor the size
+  of the parameters;
+- ``fused``: torch's fused AdamW kernel, one call per parameter with its RMS-scaled learning rate
+  as a device tensor, after a foreach norm: 8 reads or writes (the default on CUDA).
+
+For each: the median ms per step over interleaved repeats, the bytes it moves, and their rate;
+the floor is the fused step's bytes at the device's copy bandwidth measured in the same run (a
+``copy_`` of the parameters' size). The parameters are the shapes of ``--arch`` (built on the
+meta device, then allocated on ``--device``), fp32, with random gradients; both optimizers start
+from the same state and take the same steps, and their results are compared (max relative error).
+
+    python benchmarks/bench_optimizer.py --device cuda                   # t5_v11_base, 20 repeats
+    python benchmarks/bench_optimizer.py                                 # CPU: t5_v11_tiny, a smoke run
+"""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import torch  # noqa: E402
+
+IMPLEMENTATIONS = {"foreach": False, "fused": True}  # name -> AdamWScale's fused argument
+PASSES = {"foreach": 23, "fused": 8}  # reads and writes of a parameter-sized fp32 tensor per step
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--arch", default=None, help="model preset whose parameter shapes are used "
+                   "(default: t5_v11_base on cuda, t5_v11_tiny on cpu)")
+    p.add_argument("--vocab", type=int, default=32128, help="vocabulary (the embedding's rows)")
+    p.add_argument("--repeats", type=int, default=0, help="timed steps per implementation (default: 20 cuda, 5 cpu)")
+    p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
+    p.add_argument("--json", default="", help="write the figures here (atomically)")
+    args = p.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        p.error("--device cuda: no CUDA device here")
+    args.arch = args.arch or ("t5_v11_base" if args.device == "cuda" else "t5_v11_tiny")
+    args.repeats = args.repeats or (20 if args.device == "cuda" else 5)
+    if args.repeats < 1 or args.warmup < 0 or args.vocab < 8:
+        p.error("--repeats must be >= 1, --warmup >= 0, --vocab >= 8")
+    return args
+
+
+def parameter_shapes(arch: str, vocab: int):
+    """The shapes of the model's parameters, in its order (built on the meta device: no memory)."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(vocab - len(d)):
+        d.add_symbol(f"w{i}")
+    with torch.device("meta"):
+        model = AstT5Model.from_dictionary(d, arch=arch)
+    return [tuple(p.shape) for p in model.parameters()]
+
+
+def _time_steps(args, runs, times, current, device):
+    """Warm-up, then timed steps of each implementation, interleaved (who goes first alternates)."""
+    for i in range(args.warmup + args.repeats):
+        order = list(runs) if i % 2 == 0 else list(runs)[::-1]
+        for name in order:
+            current[0] = name
+            _sync(device)
+            t0 = time.perf_counter()
+            runs[name][1].step()
+            _sync(device)
+            if i >= args.warmup:
+                times[name].append(time.perf_counter() - t0)
+
+
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def measure(args) -> dict:
+    from ast_t5.optim.adamw_scale import AdamWScale
+
+    device = torch.device(args.device)
+    shapes = parameter_shapes(args.arch, args.vocab)
+    numel = sum(torch.Size(s).numel() for s in shapes)
+    g = torch.Generator(device=device).manual_seed(0)
+    start = [torch.randn(s, generator=g, device=device) * 0.05 for s in shapes]
+    grads = [torch.randn(s, generator=g, device=device) for s in shapes]
+    runs = {}
+    for name, fused in IMPLEMENTATIONS.items():
+        params = [torch.nn.Parameter(t.clone()) for t in start]
+        for p, grad in zip(params, grads):
+            p.grad = grad
+        runs[name] = (params, AdamWScale(params, lr=0.01, fused=fused))
+    times = {name: [] for name in runs}
+    kernel, calls = torch._fused_adamw_, {name: 0 for name in runs}  # which steps really ran the fused kernel
+    current = [None]
+
+    def counted(*a, **k):
+        calls[current[0]] += 1
+        return kernel(*a, **k)
+
+    torch._fused_adamw_ = counted
+    try:
+        _time_steps(args, runs, times, current, device)
+    finally:
+        torch._fused_adamw_ = kernel
+
+    # the device's copy bandwidth, measured now: one copy of the parameters' size (read + write)
+    src = torch.empty(numel, device=device)
+    dst = torch.empty_like(src)
+    copies = []
+    for _ in range(5):
+        _sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        copies.append(time.perf_counter() - t0)
+    bandwidth = 8 * numel / statistics.median(copies)  # bytes per second
+    reference = runs["foreach"][0]
+    error = max(float(((p.detach() - q.detach()).abs().max() / q.detach().abs().max().clamp_min(1e-12)))
+                for p, q in zip(runs["fused"][0], reference))
+    out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
+           "torch": torch.__version__, "arch": args.arch, "parameters": numel, "tensors": len(shapes),
+           "repeats": args.repeats, "copy_gb_per_s": bandwidth / 1e9, "fused_vs_foreach_max_rel_error": error,
+           "fused_calls_per_step": {name: n / (args.warmup + args.repeats) for name, n in calls.items()},
+           "steps": {}}
+    for name in runs:
+        ms = 1e3 * statistics.median(times[name])
+        moved = 4 * PASSES[name] * numel
+        out["steps"][name] = {"ms": ms, "gb_moved": moved / 1e9, "gb_per_s": moved / 1e6 / ms}
+    out["floor_ms"] = 1e3 * 4 * PASSES["fused"] * numel / bandwidth
+    out["speedup_fused"] = out["steps"]["foreach"]["ms"] / out["steps"]["fused"]["ms"]
+    return out
+
+
+def report(out: dict) -> str:
+    lines = [f"# adamw_scale step: {out['arch']} ({out['parameters'] / 1e6:.1f}M parameters in {out['tensors']} "
+             f"tensors, fp32) on {out['device']}, torch {out['torch']}; median of {out['repeats']} interleaved steps",
+             f"# copy bandwidth {out['copy_gb_per_s']:.0f} GB/s; floor (the fused step's bytes at it) "
+             f"{out['floor_ms']:.2f} ms",
+             "impl      ms/step   GB moved   GB/s"]
+    for name, s in out["steps"].items():
+        lines.append(f"{name:<9} {s['ms']:8.2f}   {s['gb_moved']:8.2f}   {s['gb_per_s']:5.0f}")
+    lines.append(f"fused / foreach speed-up: {out['speedup_fused']:.2f}x   "
+                 f"(max relative difference of the results: {out['fused_vs_foreach_max_rel_error']:.1e}; "
+                 f"fused kernel calls per step: {out['fused_calls_per_step']['fused']:.0f} fused, "
+                 f"{out['fused_calls_per_step']['foreach']:.0f} foreach)")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    out = measure(args)
+    print(report(out))
+    if args.json:
+        tmp = args.json + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(out, f, indent=1)
+        os.replace(tmp, args.json)
+        print(f"wrote {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
