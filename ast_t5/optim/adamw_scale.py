@@ -164,10 +164,12 @@ class AdamWScale(torch.optim.Optimizer):
 def _takes_fused(fused, device: torch.device, dtype: torch.dtype, ps) -> bool:
     """Whether parameters ``ps`` (one device and dtype) take the fused kernel: ``fused`` True, or None
     (auto) on CUDA and CPU (torch's two fused AdamW kernels); fp32 parameters and gradients only (the
-    kernel wants one dtype for all four tensors, and the moments are fp32)."""
+    kernel wants one dtype for all four tensors, and the moments are fp32), all contiguous (it wants
+    the same strides for the four, and a gradient may be laid out otherwise than its parameter)."""
     if fused is False or (fused is None and device.type not in ("cuda", "cpu")):
         return False
-    return dtype == torch.float32 and all(p.grad.dtype == torch.float32 for p in ps)
+    return dtype == torch.float32 and all(p.grad.dtype == torch.float32 and p.is_contiguous()
+                                          and p.grad.is_contiguous() for p in ps)
 
 
 @dataclass

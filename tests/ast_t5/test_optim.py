@@ -70,6 +70,8 @@ def test_adamw_scale_fused_is_auto_on_cuda_and_cpu_and_leaves_other_dtypes_to_fo
     for p in bf16:
         p.grad = torch.zeros_like(p)
     assert not _takes_fused(True, cuda, torch.bfloat16, bf16)
+    fp32[0].grad = torch.zeros(fp32[0].shape[::-1]).t()  # a gradient laid out otherwise: the foreach ops
+    assert not _takes_fused(True, cpu, torch.float32, fp32)
     monkeypatch.setattr(torch, "_fused_adamw_", lambda *a, **k: pytest.fail("bf16 took the fused kernel"))
     _run(bf16, AdamWScale(bf16, lr=0.01, fused=True), 2)
 
