@@ -874,6 +874,56 @@ def test_a_model_on_the_triton_backend_traces_as_one_graph(checkpointed, mask, m
 
 
 @cpu_only
+def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes_and_lengths(monkeypatch):
+    """model.compile with model.compile_dynamic (the default): the first graph already has the batch
+    and the lengths symbolic, and the triton backend's host code (bias rows, padding counts, grids,
+    `SharedInputs`) specializes none of them, so batches of other sizes and length buckets, source
+    and target, compile nothing more. (torch's automatic dynamic shapes made 3 graphs of this mix: a
+    static one, then one per dimension that changed later; a size the host code turned into a Python
+    int would add a graph per bucket, until the recompile limit sends training to eager mode.)
+    Kernels replaced by no-ops, as above."""
+    from fairseq.data import Dictionary
+    from torch._dynamo import register_backend
+
+    from ast_t5.models import AstT5Model
+
+    class NoLaunch:
+        def __getitem__(self, grid):
+            return lambda *args, **kwargs: None
+
+    for name in ("_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel", "_dropout_bits_kernel"):
+        monkeypatch.setattr(tra, name, NoLaunch())
+    if "ast_t5_test_triton_graphs" not in torch._dynamo.list_backends(exclude_tags=()):
+        register_backend(_count_triton_graph, name="ast_t5_test_triton_graphs")
+    graphs = _TRITON_GRAPHS
+    torch._dynamo.reset()
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0,
+                                       attention_backend="triton", compile=True,
+                                       compile_backend="ast_t5_test_triton_graphs").train()
+    del graphs[:]
+    g = torch.Generator().manual_seed(0)
+    for rows, src_len, tgt_len in [(4, 40, 10), (6, 100, 30), (3, 170, 20), (6, 230, 70), (2, 300, 140)]:
+        src = torch.randint(4, len(d), (rows, src_len), generator=g)
+        src[0, -5:] = d.pad()
+        prev = torch.randint(4, len(d), (rows, tgt_len), generator=g)
+        model(src, None, prev)[0].float().sum().backward()
+    assert len(graphs) == 1
+    torch._dynamo.reset()
+
+
+_TRITON_GRAPHS = []  # the graphs the test backend above received
+
+
+def _count_triton_graph(gm, example_inputs):
+    _TRITON_GRAPHS.append(gm)
+    return gm
+
+
+@cpu_only
 def test_activation_checkpointing_recomputes_the_same_dropout_mask(backward):
     """checkpoint_activations=true recomputes each layer in backward: the kernel's seed comes from
     PyTorch's generator, whose state the checkpoint restores, so gradients with attention dropout
