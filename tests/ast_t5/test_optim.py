@@ -227,6 +227,7 @@ def test_adamw_torch_follows_fairseqs_adam():
                                 OmegaConf.create({"_name": name, **settings, **extra}))
         opts.append(OPTIMIZER_REGISTRY[name](cfg, ps))
     assert type(opts[1]).clip_grad_norm is OwnClipMixin.clip_grad_norm
+    assert opts[1]._optimizer.defaults["fused"]  # torch's fused kernel, on the CPU too
     g = torch.Generator().manual_seed(5)
     for _ in range(4):
         for p, q in zip(a, b):
