@@ -16,15 +16,14 @@ reference loop:
   multi-tensor kernels and keeps each parameter's RMS as a device tensor: ten passes (the two
   moments, the norm, the denominator, the update and its scaling, the sum), 23 reads or writes of
   a tensor the size of the parameters, about 23 GB per step for T5-base's 248M fp32 master weights;
-- ``fused`` (with foreach; default: on CUDA and CPU): fp32 parameters with fp32 gradients take torch's fused
-  AdamW kernel (``torch._fused_adamw_``, what ``torch.optim.AdamW(fused=True)`` runs), one call per
-  parameter whose learning rate is a device tensor, lr x max(rms_floor, RMS(p)), computed for all
-  parameters by foreach ops first: one read of the parameters for the norms, then one pass that
-  reads parameter, gradient and moments and writes parameter and moments, about 8 GB per step for
-  T5-base (`benchmarks/bench_optimizer.py` times both side by side: 7.6x on a 2-core CPU). Its algebra
-  is the same:
-  lr s m / (1 - beta1^t) / (sqrt(v / (1 - beta2^t)) + eps), the decay applied by a foreach
-  multiply before it;
+- ``fused`` (with foreach; default: on CUDA and CPU): fp32 parameters with fp32 gradients take
+  torch's fused AdamW kernel (``torch._fused_adamw_``, what ``torch.optim.AdamW(fused=True)``
+  runs), one call per parameter whose learning rate is a device tensor, lr x max(rms_floor,
+  RMS(p)), computed for all parameters by foreach ops first: one read of the parameters for the
+  norms, then one pass that reads parameter, gradient and moments and writes parameter and
+  moments, about 8 GB per step for T5-base (`benchmarks/bench_optimizer.py` times both side by
+  side: 7.6-9.4x on a 2-core CPU). The same algebra, lr s m / (1 - beta1^t) / (sqrt(v / (1 -
+  beta2^t)) + eps), with the decay applied by a foreach multiply before it;
 - ``foreach=False``: the per-parameter loop the others are tested against.
 
 Clipping goes through ast_t5.optim.clipping (device-safe, foreach).
