@@ -99,7 +99,7 @@ def measure(args) -> dict:
     for name, fused in IMPLEMENTATIONS.items():
         params = [torch.nn.Parameter(t.clone()) for t in start]
         for p, grad in zip(params, grads):
-            p.grad = grad
+            p.grad = grad.clone()  # each its own: torch's fused kernel declares its gradients writable
         runs[name] = (params, AdamWScale(params, lr=0.01, fused=fused))
     times = {name: [] for name in runs}
     kernel, calls = torch._fused_adamw_, {name: 0 for name in runs}  # which steps really ran the fused kernel
