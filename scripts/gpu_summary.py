@@ -196,6 +196,18 @@ def optimizer_lines(optimizer: Optional[Dict]) -> List[str]:
             f"fused=false to leave it), floor {_ms(optimizer.get('floor_ms'))} ms"]
 
 
+def host_overhead_lines(host: Optional[Dict]) -> List[str]:
+    """Host time between updates (bench_host_overhead): fairseq's bf16 step and walks against ours."""
+    if not isinstance(host, dict) or not isinstance(host.get("arms"), dict):
+        return []
+    f, o = host["arms"].get("fairseq", {}), host["arms"].get("ours", {})
+    return [f"host time after clipping per update ({host.get('config')}, "
+            f"{'full width' if host.get('full_width') else 'narrow'}): fairseq {_ms(f.get('after_clip_ms'))} ms / "
+            f"{f.get('launching_ops_after_clip', '?')} launching ops, ours {_ms(o.get('after_clip_ms'))} ms / "
+            f"{o.get('launching_ops_after_clip', '?')}; ms per update fairseq {_ms(f.get('ms_per_update'))}, "
+            f"ours {_ms(o.get('ms_per_update'))} ({host.get('speedup_per_update', 0):.3f}x)"]
+
+
 def summary(figures: Dict) -> List[str]:
     lines = [f"gpu_check summary ({figures.get('device', '?')}, torch {figures.get('torch', '?')}, "
              f"{figures.get('date', '?')})"]
@@ -212,6 +224,7 @@ def summary(figures: Dict) -> List[str]:
         lines += model_lines(figures["model"])
     lines += train_lines(figures.get("recipe"), figures.get("train"))
     lines += optimizer_lines(figures.get("optimizer"))
+    lines += host_overhead_lines(figures.get("host_overhead"))
     if figures.get("pytest_summaries"):
         lines.append("tests: " + "; ".join(figures["pytest_summaries"]))
     if figures.get("pytest_failures"):

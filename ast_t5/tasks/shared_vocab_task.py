@@ -2,6 +2,7 @@
 from fairseq.tasks import FairseqTask
 
 from .. import distributed
+from ..optim.mixed_precision import fp16_optimizer_step, takes_fast_step
 
 
 class SharedVocabTask(FairseqTask):
@@ -20,6 +21,14 @@ class SharedVocabTask(FairseqTask):
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         distributed.check_replicas(model, update_num, getattr(self.cfg, "replica_check_interval", 0))
         return super().train_step(sample, model, criterion, optimizer, update_num, ignore_grad)
+
+    def optimizer_step(self, optimizer, model, update_num):
+        """FairseqTask's step, or under bf16 the same step without FP16Optimizer's per-parameter
+        copies and zeroing (ast_t5/optim/mixed_precision.py)."""
+        if takes_fast_step(optimizer):
+            fp16_optimizer_step(optimizer)
+        else:
+            super().optimizer_step(optimizer, model, update_num)
 
     @property
     def source_dictionary(self):

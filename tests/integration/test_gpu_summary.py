@@ -42,6 +42,11 @@ FIGURES = {
               "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9},
     "optimizer": {"arch": "t5_v11_base", "parameters": 247.6e6, "steps": {"foreach": {"ms": 9.5}, "fused": {"ms": 3.1}},
                   "speedup_fused": 3.06, "floor_ms": 2.7},
+    "host_overhead": {"config": "base", "full_width": False, "speedup_per_update": 1.25,
+                      "arms": {"fairseq": {"after_clip_ms": 6.1, "launching_ops_after_clip": 668,
+                                           "ms_per_update": 20.0},
+                               "ours": {"after_clip_ms": 2.2, "launching_ops_after_clip": 273,
+                                        "ms_per_update": 16.0}}},
     "pytest_summaries": ["60 passed, 3 skipped in 120.0s"], "pytest_failures": ["tests/x.py::test_y"],
 }
 
@@ -86,6 +91,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "met), peak memory ours / HF 0.90x") in out
     assert ("adamw_scale step (t5_v11_base, 248M fp32): foreach 9.500 ms, fused 3.100 ms (3.06x; the fused "
             "kernel is adamw_scale's default, fused=false to leave it), floor 2.700 ms") in out
+    assert ("host time after clipping per update (base, narrow): fairseq 6.100 ms / 668 launching ops, ours "
+            "2.200 ms / 273; ms per update fairseq 20.000, ours 16.000 (1.250x)") in out
     assert "tests: 60 passed" in out and "failed tests: tests/x.py::test_y" in out
 
 
