@@ -1291,6 +1291,11 @@ class SharedInputs:
         return rows, offset
 
 
+def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:
+    """An empty (B, H, T, D) tensor in (B, T, H, D) memory."""
+    return torch.empty(B, T, H, D, dtype=dtype, device=device).transpose(1, 2)
+
+
 class _TritonRPEAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p, scale, blocks):
@@ -1316,7 +1321,9 @@ class _TritonRPEAttention(torch.autograd.Function):
         # maxnreg is not among those it knows (torch 2.11-2.13), so there it could reach the kernel as an argument
         maxnreg = None if torch.compiler.is_compiling() else forward_maxnreg(warps, bits)
         far_loops = FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
-        o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+        # O in (B, T, H, D) memory, seen as (B, H, T, D): the caller's merge of the heads
+        # (out.transpose(1, 2).reshape(B, T, H * D)) is then a view, not a copy
+        o = _time_major(B, H, T, D, q.dtype, q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
         _fwd_kernel[(triton.cdiv(T, block_m), B * H)](
@@ -1366,7 +1373,7 @@ class _TritonRPEAttention(torch.autograd.Function):
                 else unused
             delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # the dK/dV kernel runs first
         else:
-            dq = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+            dq = _time_major(B, H, T, D, q.dtype, q.device)  # laid out as O: the dQ kernel reads O with dQ's strides
             dq_acc = far = unused
             delta = torch.empty(B * H, T, dtype=torch.float32, device=q.device)  # written by the dQ kernel
         precision = _precision(q.dtype)
@@ -1386,7 +1393,7 @@ class _TritonRPEAttention(torch.autograd.Function):
                 BAND_STAGES=stages if fused else None,
                 BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
 
-        if not fused:  # first: it writes delta (O laid out as dQ: both made by torch.empty(q.shape))
+        if not fused:  # first: it writes delta (O laid out as dQ)
             assert o.stride() == dq.stride()
             dq_kernel()
         _bwd_dkdv_kernel[(n_key_blocks, B * H)](

@@ -261,6 +261,28 @@ def test_forward_and_every_gradient_match_the_fp64_reference(case, backward, far
         assert ref[4][:, 0].abs().min() > 0 and got[4][:, 0].abs().min() > 0
 
 
+@pytest.mark.skipif(not CUDA and (not _INTERPRETER_READY or _INTERPRETER_PROBLEM is not None),
+                    reason=_INTERPRETER_PROBLEM or "needs CUDA or Triton's interpreter in this process")
+def test_the_output_merges_its_heads_without_a_copy(backward):
+    """O is written in (B, T, H, D) memory, seen as (B, H, T, D): the attention module's merge of
+    the heads, out.transpose(1, 2).reshape(B, T, H * D), is a view (one copy of the output less per
+    call), and the backward (whose dQ kernel reads O with dQ's strides) still matches the reference."""
+    device = "cuda" if CUDA else "cpu"
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    q, k, v, table, kpm = make(2, 3, 24, 24, 16, 4, dtype=dtype, pad=True, device=device)
+    out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=None if CUDA else SMALL)
+    merged = out.transpose(1, 2).reshape(2, 24, 3 * 16)
+    assert out.shape == (2, 3, 24, 16) and merged.data_ptr() == out.data_ptr()
+    grad = torch.randn(2, 24, 3 * 16, generator=torch.Generator().manual_seed(2)).to(device, dtype)
+    got = torch.autograd.grad(merged, [q, k, v, table], grad)
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0)
+    ref_out = ref_fn(*leaves)
+    ref = torch.autograd.grad(ref_out.transpose(1, 2).reshape(2, 24, 48), leaves, grad.double())
+    tol = 3e-2 if CUDA else 2e-5
+    for a, b in zip([out, *got], [ref_out, *ref]):
+        assert (a.double() - b).abs().max() <= tol * (b.abs().max() + 1)
+
+
 def _spans_probe(ARGS, OUT, M: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr, ONE_BAND: tl.constexpr):
     """`_far_spans` of the (start, lo, hi) triple ARGS[3 i:3 i + 3], stored at OUT[3 i:3 i + 3]."""
     i = tl.program_id(0)
