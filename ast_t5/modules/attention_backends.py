@@ -401,14 +401,14 @@ def _triton_unsupported(q, k, v, bias) -> Optional[str]:
     return triton_rpe_attention.unsupported_reason(q, k, v, rel.per_distance)
 
 
-def _triton(q, k, v, bias: "FoldedBias", dropout_p, scale):
+def _triton(q, k, v, bias: "FoldedBias", dropout_p, scale, packed_qkv=None):
     from .triton_rpe_attention import triton_rpe_attention
 
     _count("triton-rpe")
     shared = bias.triton_inputs()  # None under torch.compile
     return triton_rpe_attention(q, k, v, bias.rel.per_distance, shared=shared, causal=bias.causal,
                                 key_padding_mask=bias.key_padding_mask if shared is None else None,
-                                dropout_p=dropout_p, scale=scale)
+                                dropout_p=dropout_p, scale=scale, packed=packed_qkv)
 
 
 def _needs_table_grad(rel: RelativeBias) -> bool:
@@ -597,7 +597,8 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
 def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
               bias: Optional[BiasLike] = None,
               key_padding_mask: Optional[torch.Tensor] = None, causal: bool = False,
-              dropout_p: float = 0.0, scale: float = 1.0, backend: str = "auto") -> torch.Tensor:
+              dropout_p: float = 0.0, scale: float = 1.0, backend: str = "auto",
+              packed_qkv: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Multi-head attention core.
 
     Args:
@@ -609,6 +610,9 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         dropout_p: attention-probability dropout (pass 0.0 in eval mode).
         scale: multiplier of q k^T (T5 uses 1.0; the paper's model head_dim ** -0.5).
         backend: one of ATTENTION_BACKENDS.
+        packed_qkv: optional (B, T, 3, H, D) self-attention projection that q, k, v are the
+            ``permute(2, 0, 3, 1, 4).unbind(0)`` of: the triton backend then returns their gradients
+            as one tensor of that shape (no stack and copy in the backward); others ignore it.
     Returns:
         (B, H, T, D) tensor in q's dtype.
     """
@@ -635,7 +639,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if backend == "flex":
             return _flex(q, k, v, bias, scale)
         if backend == "triton":
-            return _triton(q, k, v, bias, dropout_p, scale)
+            return _triton(q, k, v, bias, dropout_p, scale, packed_qkv)
         bias = bias.dense_mask(q.dtype)
     if backend == "flash":
         out = _flash(q, k, v, key_padding_mask, causal, dropout_p, scale)

@@ -83,9 +83,10 @@ class T5MultiheadAttention(nn.Module):
         else:
             q = self.q_proj(x).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
             k, v = self._cross_keys_values(encoder_out, incremental_state)
+        packed = qkv if self.self_attention and incremental_state is None else None
         out = attention(q, k, v, bias=bias, key_padding_mask=key_padding_mask, causal=causal,
                         dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
-                        backend=self.backend)  # (B, H, T, D)
+                        backend=self.backend, packed_qkv=packed)  # (B, H, T, D)
         return self.out_proj(out.transpose(1, 2).reshape(bsz, q_len, self.inner_dim))
 
     def _project_kv(self, states: Tensor) -> Tuple[Tensor, Tensor]:

@@ -1298,8 +1298,13 @@ def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:
 
 class _TritonRPEAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p, scale, blocks):
-        # pd, pd_off: `_bias_rows`; kpm, kv_end, pad_count: `_padding_inputs`, or None without padding
+    def forward(ctx, q, k, v, packed, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p, scale,
+                blocks):
+        # pd, pd_off: `_bias_rows`; kpm, kv_end, pad_count: `_padding_inputs`, or None without padding;
+        # packed: None, or the (B, T, 3, H, D) projection that q, k, v are read from (then None)
+        ctx.packed = packed is not None
+        if ctx.packed:
+            q, k, v = unpack_qkv(packed)
         B, H, T, D = q.shape
         S = k.size(2)
         M = (per_distance.size(1) - 1) // 2
@@ -1350,10 +1355,13 @@ class _TritonRPEAttention(torch.autograd.Function):
         S = k.size(2)
         _, _, block_bwd, _, _, warps, step_bwd, stages = blocks
         do = _as_kernel_input(grad_out)
-        # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
-        dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-        dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
-        table_grad = ctx.needs_input_grad[3]
+        if ctx.packed:  # the three gradients in one tensor shaped as the projection: no stack of them after
+            dqkv = torch.empty(B, T, 3, H, D, dtype=q.dtype, device=q.device)
+            dq_packed, dk, dv = unpack_qkv(dqkv)
+        else:  # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
+            dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
+            dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        table_grad = ctx.needs_input_grad[4]  # per_distance
         why = fused_backward_unfit(q.device, D) if BACKWARD == "fused" else None
         fused = BACKWARD == "fused" and why is None
         if why is not None:
@@ -1416,14 +1424,26 @@ class _TritonRPEAttention(torch.autograd.Function):
             dq_acc = dq_acc[:, :, :T, :D]
             if scale != 1.0:  # T5 scales nothing
                 dq_acc.mul_(scale)
-            dq = dq_acc.to(q.dtype, memory_format=torch.contiguous_format)
-        return dq, dk, dv, d_table, None, None, None, None, None, None, None, None, None
+            if ctx.packed:
+                dq_packed.copy_(dq_acc)
+            else:
+                dq = dq_acc.to(q.dtype, memory_format=torch.contiguous_format)
+        elif ctx.packed:  # the split dQ kernel writes dQ laid out as O
+            dq_packed.copy_(dq)
+        rest = (d_table, None, None, None, None, None, None, None, None, None)
+        return (None, None, None, dqkv, *rest) if ctx.packed else (dq, dk, dv, None, *rest)
+
+
+def unpack_qkv(packed: torch.Tensor):
+    """q, k, v, each (B, H, T, D), as views of a (B, T, 3, H, D) self-attention projection."""
+    return packed.permute(2, 0, 3, 1, 4).unbind(0)
 
 
 def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_distance: torch.Tensor, *,
                          key_padding_mask: Optional[torch.Tensor] = None, causal: bool = False,
                          dropout_p: float = 0.0, scale: float = 1.0, blocks=None,
-                         shared: Optional[SharedInputs] = None) -> torch.Tensor:
+                         shared: Optional[SharedInputs] = None,
+                         packed: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Biased attention on the Triton kernels (module docstring).
 
     Args:
@@ -1438,9 +1458,19 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         blocks: (fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps[, num_stages[, backward
             num_warps[, bwd STEP[, backward num_stages]]]]) (`resolve_blocks`), default
             `default_blocks`.
+        packed: self-attention whose q, k, v are ``unpack_qkv(packed)`` of a (B, T, 3, H, D)
+            projection: the kernels read them from it, and the backward writes their three
+            gradients into one tensor of its shape, which reaches the projection as is (from q, k, v
+            autograd would stack the three into a new tensor, and copy that again into the
+            projection's layout).
     Returns:
-        (B, H, T, D) in q's dtype.
+        (B, H, T, D) in q's dtype, in (B, T, H, D) memory (merging the heads is a view).
     """
+    if packed is not None:
+        B, H, T, D = q.shape
+        if packed.shape != (B, T, 3, H, D) or k.shape != q.shape or v.shape != q.shape:
+            raise ValueError(f"packed must be the (B, T, 3, H, D) projection that q, k, v {tuple(q.shape)} are "
+                             f"unpacked from, got {tuple(packed.shape)}")
     reason = unsupported_reason(q, k, v, per_distance)
     if reason is not None:
         raise RuntimeError(f"triton relative-bias attention cannot run: {reason}")
@@ -1470,8 +1500,10 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         pd, pd_off = shared.bias_rows(per_distance, T, S, pad)
         padding = shared.padding(q.device)
     kpm, kv_end, pad_count = (None, None, None) if padding is None else padding
-    return _TritonRPEAttention.apply(q, k, v, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p,
-                                     scale, blocks)
+    if packed is not None:
+        q = k = v = None  # read from packed (the gradient goes there)
+    return _TritonRPEAttention.apply(q, k, v, packed, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal,
+                                     dropout_p, scale, blocks)
 
 
 def effective_dropout_p(dropout_p: float) -> float:

@@ -283,6 +283,56 @@ def test_the_output_merges_its_heads_without_a_copy(backward):
         assert (a.double() - b).abs().max() <= tol * (b.abs().max() + 1)
 
 
+@pytest.mark.skipif(not CUDA and (not _INTERPRETER_READY or _INTERPRETER_PROBLEM is not None),
+                    reason=_INTERPRETER_PROBLEM or "needs CUDA or Triton's interpreter in this process")
+def test_a_packed_projection_gets_its_gradient_in_one_tensor_without_a_stack(backward):
+    """Self-attention from a (B, T, 3, H, D) projection (`packed`): the same output and gradients as
+    with q, k, v unpacked from it, and the backward writes the three gradients into one tensor of
+    the projection's shape: autograd stacks nothing."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    device = "cuda" if CUDA else "cpu"
+    dtype = torch.bfloat16 if CUDA else torch.float32
+    B, H, T, D = 2, 3, 24, 16
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(B, T, 3 * H * D, generator=g).to(device, dtype).requires_grad_()
+    table = torch.randn(H, 9, generator=g).to(device).requires_grad_()
+    kpm = torch.zeros(B, T, dtype=torch.bool, device=device)
+    kpm[1, -5:] = True
+    grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
+    blocks = None if CUDA else SMALL
+
+    class Ops(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.names = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.names.append(func.overloadpacket.__name__)
+            return func(*args, **(kwargs or {}))
+
+    results = []
+    for packed in (False, True):
+        qkv = (x * 1.0).view(B, T, 3, H, D)  # a non-leaf projection, as the module's
+        q, k, v = tra.unpack_qkv(qkv)
+        out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=blocks,
+                                       packed=qkv if packed else None)
+        with Ops() as ops:
+            dx, dtable = torch.autograd.grad(out, [x, table], grad)
+        results.append((out, dx, dtable, ops.names))
+    (out0, dx0, dt0, ops0), (out1, dx1, dt1, ops1) = results
+    assert "stack" in ops0 and "stack" not in ops1
+    assert torch.equal(out0, out1) and torch.equal(dx0, dx1) and torch.allclose(dt0, dt1, rtol=1e-5, atol=1e-5)
+    q, k, v = tra.unpack_qkv(x.detach().view(B, T, 3, H, D))
+    leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0)
+    ref = torch.autograd.grad(ref_fn(*leaves), leaves, grad.double())
+    tol = 3e-2 if CUDA else 2e-5
+    ref_dx = torch.stack([r.transpose(1, 2) for r in ref[:3]], dim=2).reshape(B, T, -1)
+    assert (dx1.double() - ref_dx).abs().max() <= tol * (ref_dx.abs().max() + 1)
+    with pytest.raises(ValueError, match="packed"):
+        tra.triton_rpe_attention(q, k, v, table, packed=x.view(B, T, 3, D, H))
+
+
 def _spans_probe(ARGS, OUT, M: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr, ONE_BAND: tl.constexpr):
     """`_far_spans` of the (start, lo, hi) triple ARGS[3 i:3 i + 3], stored at OUT[3 i:3 i + 3]."""
     i = tl.program_id(0)
