@@ -1292,8 +1292,9 @@ class SharedInputs:
 
 
 def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:
-    """An empty (B, H, T, D) tensor in (B, T, H, D) memory."""
-    return torch.empty(B, T, H, D, dtype=dtype, device=device).transpose(1, 2)
+    """An empty (B, H, T, D) tensor in (B, T, H, D) memory: a tensor of its own, not a view (under
+    torch.compile a kernel that writes into a view has to be functionalized through its base)."""
+    return torch.empty_strided((B, H, T, D), (T * H * D, D, H * D, 1), dtype=dtype, device=device)
 
 
 class _TritonRPEAttention(torch.autograd.Function):
@@ -1462,10 +1463,14 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
             projection: the kernels read them from it, and the backward writes their three
             gradients into one tensor of its shape, which reaches the projection as is (from q, k, v
             autograd would stack the three into a new tensor, and copy that again into the
-            projection's layout).
+            projection's layout). Eager only: ignored under torch.compile.
     Returns:
         (B, H, T, D) in q's dtype, in (B, T, H, D) memory (merging the heads is a view).
     """
+    if packed is not None and torch.compiler.is_compiling():
+        # compiled: the backward would write the three gradients into views of one tensor, which the
+        # graph has to functionalize through that tensor; autograd's stack is one fused copy there
+        packed = None
     if packed is not None:
         B, H, T, D = q.shape
         if packed.shape != (B, T, 3, H, D) or k.shape != q.shape or v.shape != q.shape:

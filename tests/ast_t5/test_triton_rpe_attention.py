@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+from unittest import mock
 
 import pytest
 import torch
@@ -331,6 +332,14 @@ def test_a_packed_projection_gets_its_gradient_in_one_tensor_without_a_stack(bac
     assert (dx1.double() - ref_dx).abs().max() <= tol * (ref_dx.abs().max() + 1)
     with pytest.raises(ValueError, match="packed"):
         tra.triton_rpe_attention(q, k, v, table, packed=x.view(B, T, 3, D, H))
+    # under torch.compile the packing is left out (its gradient would be written into views)
+    qkv = (x * 1.0).view(B, T, 3, H, D)
+    q, k, v = tra.unpack_qkv(qkv)
+    with mock.patch.object(torch.compiler, "is_compiling", lambda: True):
+        out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=blocks, packed=qkv)
+    with Ops() as ops:
+        dx = torch.autograd.grad(out, [x], grad)[0]
+    assert "stack" in ops.names and torch.equal(dx, dx1)
 
 
 def _spans_probe(ARGS, OUT, M: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr, ONE_BAND: tl.constexpr):
