@@ -16,7 +16,7 @@ while the GPU has nothing else to run.
 ``copy_`` it replaces), so ``zero_grad`` finds nothing to zero, and the fp32 gradients (4 bytes per
 parameter, about 1 GB for T5-base) are not held through the next forward and backward. The
 parameters, optimizer state and gradients each step sees are exactly those of fairseq's step
-(``tests/ast_t5/test_mixed_precision_step.py``).
+(``tests/ast_t5/test_host_overhead.py``).
 
 The tasks call it from ``optimizer_step`` (FairseqTask's hook for the step); any other optimizer or
 wrapper (fp16 with flat master weights and loss scaling, memory-efficient or AMP wrappers) takes
