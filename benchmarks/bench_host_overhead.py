@@ -46,7 +46,9 @@ logger = logging.getLogger("bench_host_overhead")
 NARROW = ("++model.embed_dim=16", "++model.ffn_dim=32", "++model.head_dim=4")
 
 
-class _OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
+class OpCounter(torch.utils._python_dispatch.TorchDispatchMode):
+    """Counts the ops dispatched while it is entered, by name (also used by the tests)."""
+
     def __init__(self):
         super().__init__()
         self.ops = collections.Counter()
@@ -121,9 +123,9 @@ class Arm:
     def count_ops(self, batches):
         """Ops dispatched from the end of one update's clipping to the next forward's start."""
         self.marks = {}
-        self.counter = first = _OpCounter()  # entered at the clip's end, left after the train_step
+        self.counter = first = OpCounter()  # entered at the clip's end, left after the train_step
         self.update(batches[0])
-        rest = _OpCounter()
+        rest = OpCounter()
         state = {"open": True}
 
         def close(module, inputs):

@@ -9,17 +9,16 @@ synchronization and before the next forward, while a GPU has nothing queued.
   do what nn.Module's and fairseq's do, with one cheap walk over the modules.
 Everything runs through fairseq's real Trainer on the CPU; the dispatched ops are counted with a
 TorchDispatchMode (on a GPU each is a kernel launch)."""
-import collections
 import os
 import sys
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 BENCH_DIR = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks")
 sys.path.insert(0, os.path.abspath(BENCH_DIR))
 import bench_train  # noqa: E402
+from bench_host_overhead import OpCounter  # noqa: E402
 
 from ast_t5.optim.mixed_precision import fp16_optimizer_step, takes_fast_step  # noqa: E402
 
@@ -34,16 +33,6 @@ def task_dir(tmp_path_factory):
 
 def _trainer(task_dir, *overrides):
     return bench_train.build_trainer("tiny", task_dir, list(TINY) + list(overrides))[2]
-
-
-class OpCounter(TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.ops = collections.Counter()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.ops[func.overloadpacket.__name__] += 1
-        return func(*args, **(kwargs or {}))
 
 
 def _fairseq_step(optimizer, model, update_num):
