@@ -45,6 +45,11 @@ gradient reaching the table, as in the model:
 - triton-frozen: the triton row with the bucket table frozen (no table gradient: the dQ kernel
   without its per-distance reduction): what that reduction costs. It leaves out work, so it never
   wins a condition;
+- triton-baseline: the yardstick (`benchmarks/triton_flash_baseline.py`): bias-free FlashAttention-2
+  in Triton at the triton backend's tiles, right padding as each row's end of keys, no dropout (n/a
+  with it). triton - baseline is what the bias, the table gradient and the backend's host work cost;
+  baseline - flash-nobias is what Triton's code at these tiles costs against PyTorch's flash kernels.
+  Bias-free and not a backend: never a winner of either kind;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
   attention run; the lower bound for a biased kernel). With padding it packs the real keys and
@@ -98,9 +103,10 @@ from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
-            "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "auto", "flash-nobias", "sdpa-nobias",
-            "flex-nobias")
+            "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "triton-baseline", "auto", "flash-nobias",
+            "sdpa-nobias", "flex-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
+BASELINE = "triton-baseline"  # bias-free like NOBIAS (same reference), but no backend: never a winner
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
                "sdpa-prebuilt": ("sdpa", "sdpa-masked-no-cudnn"), "flex": ("flex",), "flex-distance": ("flex",),
@@ -121,7 +127,7 @@ PARTIAL = ("sdpa-prebuilt", "triton-frozen")
 GRAPH_WARMUP = 3  # --graph: calls on a side stream before the capture (allocations, compilation, autotuning)
 # --graph's rows: ours (whose host and GPU time we need apart), and the lower bound and base they are
 # read against; the dense rows (tens of ms per call: GPU-bound, and a capture costs as much again) are left out
-GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa")
+GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE)
 
 
 def graphed(name: str) -> bool:
@@ -243,8 +249,15 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         grads = torch.autograd.grad(out, [*leaves, table.embedding.weight], grad_out, allow_unused=True)
         return out, list(grads)
 
-    if name in ("flex", "flex-distance", "flex-nobias") and dropout > 0:
+    if name in ("flex", "flex-distance", "flex-nobias", BASELINE) and dropout > 0:
         return None
+    if name == BASELINE:
+        tfb = _baseline_module()
+        kv_end = None if pad is None else tfb.kv_end_from_padding(pad)  # once, as a stack would
+
+        def run_baseline():
+            return finish(tfb.baseline_attention(*leaves, kv_end))
+        return run_baseline if backward else _without_grad(run_baseline)
     if name == "flex-nobias":  # what `attention` never dispatches itself: bias-free flex, padding as a block mask
         def run_flex():
             ab._count("flex")
@@ -321,6 +334,16 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         return finish(ab.attention(*leaves, bias=folded, key_padding_mask=fpad, causal=fcausal,
                                    dropout_p=dropout, backend=backend))
     return run if backward else _without_grad(run)
+
+
+def _baseline_module():
+    """benchmarks/triton_flash_baseline.py, imported from this folder (also when loaded by path)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import triton_flash_baseline
+
+    return triton_flash_baseline
 
 
 def _without_grad(fn):
@@ -445,7 +468,12 @@ def reference_result(name, case, backward, device):
     table_wide = RelativePositionBias(table.num_heads, table.num_buckets, table.max_distance, True).to(device, wide)
     table_wide.load_state_dict(table.state_dict())
     wide_case = (q.to(wide), k.to(wide), v.to(wide), pad, table_wide, grad_out.to(wide))
-    return step_fn("eager-nobias" if name in NOBIAS else "eager", *wide_case, 0.0, backward)()
+    return step_fn("eager-nobias" if bias_free(name) else "eager", *wide_case, 0.0, backward)()
+
+
+def bias_free(name: str) -> bool:
+    """Whether the row computes attention without the bias (its reference is the bias-free one)."""
+    return name in NOBIAS or name == BASELINE
 
 
 def backward_supported(name, device) -> bool:
@@ -462,6 +490,16 @@ def available(name, device, head_dim: int = 64, length: Optional[int] = None) ->
         ok, reason = fused_ops.fused_backend_status(device)
         return None if ok else reason
     base, _, tiles = name.partition(":")
+    if base == BASELINE:
+        tfb = _baseline_module()
+        if tfb.triton is None:
+            return "triton is not importable"
+        from ast_t5.modules import triton_rpe_attention as tra
+
+        if device.type == "cpu" and not tra.INTERPRETED:
+            return "CPU: set TRITON_INTERPRET=1"
+        if head_dim < 16 or head_dim & (head_dim - 1):
+            return f"head size {head_dim}: the baseline takes powers of two >= 16"
     if base in TRITON_ROWS:
         from ast_t5.modules import triton_rpe_attention as tra
 
@@ -537,7 +575,8 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                     fn = None if why else step_fn(name, *case, dropout, backward)
                     if fn is None:
                         row.update(ms=None, note=why or ("= triton (no dropout)" if name.partition(":")[0] in
-                                                         DROPOUT_ROWS else "no dropout in FlexAttention"))
+                                                         DROPOUT_ROWS else "no dropout in the baseline"
+                                                         if name == BASELINE else "no dropout in FlexAttention"))
                     else:
                         try:
                             ab.DISPATCH_COUNTS.clear()
@@ -549,13 +588,13 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                             if args.split and backward:
                                 row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
                                                         args.warmup, args.repeats).ms
-                            if args.kernel_times and name.split(":")[0] in TRITON_ROWS:
+                            if args.kernel_times and (name.split(":")[0] in TRITON_ROWS or name == BASELINE):
                                 row["kernels"] = kernel_times(fn, device, args.repeats)
                             if dropout == 0.0:
-                                key = ("bias-free" if name in NOBIAS else "biased", backward)
+                                key = ("bias-free" if bias_free(name) else "biased", backward)
                                 if key not in ref_cache:
                                     ref = reference_result(name, case, backward, device)
-                                    own = step_fn("eager-nobias" if name in NOBIAS else "eager",
+                                    own = step_fn("eager-nobias" if bias_free(name) else "eager",
                                                   *case, 0.0, backward)()
                                     ref_cache[key] = (ref, max_error(own, ref))
                                 ref, own_err = ref_cache[key]

@@ -86,6 +86,10 @@ def parse_args(argv=None):
                    help="the dQ kernel's BAND_WEIGHTS (on, as it launches: without dropout, its square band tiles "
                         "sum one diagonal class against a 0/1 weight tile; off: a masked sum, as with dropout, for "
                         "the comparison)")
+    p.add_argument("--baseline", action="store_true",
+                   help="also compile the bias-free FlashAttention-2 kernels of triton_flash_baseline.py at the same "
+                        "tiles (rows base-fwd, base-dkdv, base-dq; plain and padded variants): the yardstick for "
+                        "what the bias, the table gradient and the masks add to each loop")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -99,6 +103,16 @@ def parse_args(argv=None):
     if os.environ.get("TRITON_INTERPRET") == "1":
         p.error("unset TRITON_INTERPRET: the interpreter compiles nothing")
     return args
+
+
+def _baseline_module():
+    """benchmarks/triton_flash_baseline.py (the yardstick of --baseline), imported from this folder."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import triton_flash_baseline
+
+    return triton_flash_baseline
 
 
 def _signature(fn, dtype, consts):
@@ -389,13 +403,24 @@ def main(argv=None) -> int:
                                                     BAND_K=step_bwd), *dkdv_rest),
                        ("band", dq_fn, dict(dq_consts, BAND_ONLY=True, DELTA_OUT=False, BAND_STAGES=bwd_stages),
                         *dq_rest))
+        if args.baseline and not (causal or dropout):  # the yardstick (triton_flash_baseline.py), same tiles
+            tfb = _baseline_module()
+
+            base = dict(HAS_END=padded, BLOCK_D=common["BLOCK_D"], PRECISION=common["PRECISION"])
+            kernels += (("base-fwd", tfb._base_fwd_kernel, dict(base, BLOCK_M=block_m, BLOCK_N=block_n),
+                         f"{block_m}x{block_n}", warps, stages, 0, block_m * block_n),
+                        ("base-dkdv", tfb._base_dkdv_kernel, dict(base, BLOCK_N=block_bwd, BLOCK_M=step_bwd),
+                         f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
+                        ("base-dq", tfb._base_dq_kernel, dict(base, BLOCK_M=block_bwd, BLOCK_N=step_bwd),
+                         f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile))
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             maxnreg = tra.forward_maxnreg(kernel_warps, consts["DROPOUT_BITS"]) if name == "fwd" else None
+            far_loops = consts.get("FAR_LOOPS", False)
             kernel = compile_kernel(fn, args.dtype, consts, arch, kernel_warps, kernel_stages, ints, maxnreg)
             # FAR_LOOPS: the kernel's loop compiled twice (the band kernel's once): the band loop's is
             # ``i/el`` (the larger), the far loop's ``far``
-            copies = 2 if consts["FAR_LOOPS"] and not consts.get("BAND_ONLY") else 1
+            copies = 2 if far_loops and not consts.get("BAND_ONLY") else 1
             per_thread = loop_tile / (32 * kernel_warps)
             sizes = loop_sizes(_cuobjdump(kernel, "-sass"))
             info = dict(resources(kernel), **instructions(kernel, tile_elements, kernel_warps, copies),
@@ -411,8 +436,9 @@ def main(argv=None) -> int:
                     print(f"# {arch} {head_dim} {variant} {name}: ptxas serializes its wgmma: {why}", flush=True)
             duplicated += (info["dup"] or 0) > 1.01
             full_exp += info["ex2"] == "full"
-            bias = bias_copies(kernel.asm["ptx"])
-            wide_bias += bias != "4"
+            yardstick = name.startswith("base-")  # --baseline's kernels: no bias to gather
+            bias = "-" if yardstick else bias_copies(kernel.asm["ptx"])
+            wide_bias += bias != "4" and not yardstick
             spills += bool(info["stack"])
             too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
             unpipelined += not info["pipelined"]

@@ -91,7 +91,16 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
                 return "" if value is None else f" ({'met' if value <= 1.0 else 'not met'})"
             lines.append(f"    1.0 ms target, triton row: ms {_ms(split)}{met(split)}, graph ms {_ms(graph)}"
                          f"{met(graph)}{f' ({why[:80]})' if graph is None and why else ''}")
-        for name in ("triton", "triton-fused", "triton-far"):
+        baseline_row = by.get("triton-baseline", {})
+        baseline = baseline_row.get("ms")
+        if baseline is not None:  # the yardstick: bias-free FlashAttention-2 in Triton at the triton row's tiles
+            line = f"    yardstick triton-baseline {_ms(baseline)}{_host_graph(baseline_row)}"
+            if split is not None:
+                line += f"; triton - baseline {split - baseline:.3f} ms (bias, table gradient, masks, host)"
+            if flash is not None:
+                line += f"; baseline / flash {baseline / flash:.2f}x (Triton at these tiles against flash)"
+            lines.append(line)
+        for name in ("triton", "triton-fused", "triton-far", "triton-baseline"):
             kernels = by.get(name, {}).get("kernels")
             if kernels:
                 lines.append(f"    {name} kernels: " + ", ".join(f"{k[:32]} {v:.3f}" for k, v in

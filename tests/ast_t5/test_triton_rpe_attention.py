@@ -1090,6 +1090,68 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
         assert torch.equal(got, want)  # the same q, k, v gradients
 
 
+@cpu_only
+@pytest.mark.parametrize("T, S, blocks, ends", [
+    (40, 40, SMALL, None),                 # several tiles, the last one partial
+    (29, 45, SMALL, [45, 20]),             # T != S, right padding: a row's end inside a tile
+    (37, 37, RECT, [37, 0]),               # 32 x 16 backward tiles; a row of padding alone gets zeros
+])
+def test_the_yardstick_kernels_compute_bias_free_attention(T, S, blocks, ends, monkeypatch):
+    """benchmarks/triton_flash_baseline.py, the bias-free FlashAttention-2 kernels that bench_attention's
+    triton-baseline row and compile_triton_rpe.py --baseline set beside the backend's: output and q, k, v
+    gradients against fp64 softmax attention over each row's keys before kv_end, at the backend's tiles
+    (here the interpreter's), fp32."""
+    tfb = load_benchmark("triton_flash_baseline", "triton_flash_baseline_interpreted")
+    monkeypatch.setattr(tra, "BLOCKS_OVERRIDE", blocks)
+    g = torch.Generator().manual_seed(0)
+    q, k, v = (torch.randn(2, 2, n, 32, generator=g).requires_grad_() for n in (T, S, S))
+    grad = torch.randn(2, 2, T, 32, generator=g)
+    kv_end = None if ends is None else torch.tensor(ends, dtype=torch.int32)
+    got = fwd_bwd(lambda *x: tfb.baseline_attention(*x, kv_end, scale=0.3), [q, k, v], grad)
+
+    def dense(qq, kk, vv):
+        scores = qq @ kk.transpose(-1, -2) * 0.3
+        if kv_end is not None:
+            scores = scores.masked_fill(torch.arange(S)[None, None, None, :] >= kv_end.long()[:, None, None, None],
+                                        float("-inf"))
+        return torch.nan_to_num(scores.softmax(-1)) @ vv  # a row without keys: zeros, as the kernels give
+    leaves = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = fwd_bwd(dense, leaves, grad.double())
+    assert max(max_errors(got, ref)) < 2e-5, max_errors(got, ref)
+    if ends is not None and 0 in ends:
+        for tensor in got:
+            assert not tensor[1].any()  # out, dq, dk, dv of the batch row without keys
+    # the benchmark turns its right-padded masks into kv_end; any other padding is refused
+    pad = torch.arange(S)[None, :] >= torch.tensor([S, S // 2])[:, None]
+    assert tfb.kv_end_from_padding(pad).tolist() == [S, S // 2]
+    with pytest.raises(ValueError, match="right padding only"):
+        tfb.kv_end_from_padding(pad.flip(-1))
+    with pytest.raises(ValueError, match="powers of two"):
+        tfb.baseline_attention(q[..., :24], k[..., :24], v[..., :24])
+
+
+@cpu_only
+def test_the_attention_benchmark_times_the_yardstick_beside_the_triton_row():
+    """bench_attention's triton-baseline row: the yardstick's own kernels (not a backend's), bias-free
+    gradients equal to the bias-free reference's, no row with dropout, and never a winner."""
+    bench = load_benchmark("bench_attention", "bench_attention_yardstick")
+    case = bench.make_case(argparse.Namespace(batch=2, heads=2, head_dim=16), 24, True, torch.float32,
+                           torch.device("cpu"))
+    ab.DISPATCH_COUNTS.clear()
+    out, grads = bench.step_fn("triton-baseline", *case, 0.0, True)()
+    assert not ab.DISPATCH_COUNTS  # nothing went through `attention`
+    ref_out, ref_grads = bench.step_fn("eager-nobias", *case, 0.0, True)()
+    assert grads[3] is None and (out - ref_out).abs().max() < 1e-5
+    for got, want in zip(grads[:3], ref_grads[:3]):
+        assert (got - want).abs().max() < 1e-5
+    assert bench.step_fn("triton-baseline", *case, 0.1, True) is None
+    assert bench.available("triton-baseline", torch.device("cpu"), 24) == \
+        "head size 24: the baseline takes powers of two >= 16"
+    rows = [dict(backend=name, ms=ms, length=24, dropout=0.0, padded=True, ran=ran)
+            for name, ms, ran in (("triton-baseline", 1.0, "triton-baseline"), ("triton", 2.0, "triton-rpe"))]
+    assert bench.condition_winner(rows)["backend"] == "triton"
+
+
 def compile_check(*options) -> tuple:
     """benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 with ``options``, in a process without
     TRITON_INTERPRET: (its stdout, its table's rows as dicts keyed by the header). Fails on a nonzero exit."""
@@ -1115,7 +1177,16 @@ def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_load
     faster on the H200: `default_blocks`), ptxas does not serialize the products, and without
     dropout nothing spills. (With dropout the backward spills a few bytes at these tiles and was
     faster anyway.)"""
-    stdout, lines = compile_check("--variants", "padded", "padded-dropout")
+    stdout, every = compile_check("--variants", "padded", "padded-dropout", "--baseline")
+    lines = [line for line in every if not line["kernel"].startswith("base-")]
+    # the yardstick (triton_flash_baseline.py, --baseline) at the same tiles: padded only (it has no dropout),
+    # on wgmma with pipelined loads and unserialized products, and fewer instructions per element than ours
+    base = {line["kernel"][len("base-"):]: line for line in every if line["kernel"].startswith("base-")}
+    assert sorted(base) == ["dkdv", "dq", "fwd"] and {line["variant"] for line in base.values()} == {"padded"}, stdout
+    for kernel, line in base.items():
+        ours = next(o for o in lines if o["variant"] == "padded" and o["kernel"] == kernel)
+        assert (line["mma"], line["pipe"], line["ser"], line["stack"]) == ("wgmma", "yes", "no", "0"), stdout
+        assert line["tiles"] == ours["tiles"] and float(line["i/el"]) < float(ours["i/el"]), stdout
     assert sorted((line["variant"], line["kernel"]) for line in lines) == [
         (variant, kernel) for variant in ("padded", "padded-dropout") for kernel in ("dkdv", "dq", "fwd")], stdout
     assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, stdout

@@ -116,6 +116,25 @@ def test_host_and_graph_times_stand_beside_the_ms_and_the_target_line_states_bot
     assert "flash bias-free 0.800 (graph 0.750)" in out
     assert ("    1.0 ms target, triton row: ms 2.500 (not met), graph ms n/a (RuntimeError: operation not "
             "permitted when stream is capturing)") in out
+    assert "yardstick" not in out  # no triton-baseline row in these figures
+
+
+def test_the_yardstick_row_reads_against_the_triton_row_and_flash(tmp_path):
+    """bench_attention's triton-baseline row (bias-free Triton at the backend's tiles): its time beside the
+    triton row's and flash's, the differences stated; with dropout it does not run (no line)."""
+    figures = {"attention": {"device_name": "NVIDIA H100", "rows": [
+        row("triton", 0.0, True, 1.5, host_ms=0.4, graph_ms=1.2),
+        row("triton-baseline", 0.0, True, 0.9, host_ms=0.1, graph_ms=0.85,
+            kernels={"_base_dkdv_kernel": 0.4, "_base_fwd_kernel": 0.2}),
+        row("flash-nobias", 0.0, True, 0.6),
+        row("triton", 0.1, True, 1.8), row("triton-baseline", 0.1, True, None)]}}
+    proc = run(tmp_path, figures)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert ("    yardstick triton-baseline 0.900 (host 0.100, graph 0.850); triton - baseline 0.600 ms (bias, "
+            "table gradient, masks, host); baseline / flash 1.50x (Triton at these tiles against flash)") in out
+    assert out.count("yardstick") == 1
+    assert "triton-baseline kernels: _base_dkdv_kernel 0.400, _base_fwd_kernel 0.200" in out
 
 
 def test_a_call_that_measured_little_still_reads_and_a_bad_file_says_why(tmp_path):
