@@ -1393,13 +1393,16 @@ class _TritonRPEAttention(torch.autograd.Function):
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         acc_strides = dq_acc.stride()[:3] if fused else (0, 0, 0)
 
+        # every launch names every kernel argument, defaulted ones too: under torch.compile, inductor's
+        # analysis of what a user kernel writes refuses a launch missing one (then it clones every tensor
+        # argument and compiles that constexpr as None; test_every_launch_names_every_kernel_argument)
         def dq_kernel():  # dQ and the table gradient (fused: the band's table gradient alone)
             _bwd_dq_kernel[(n_blocks, B * H)](
                 q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq, dtab,
                 *strides, *(acc_strides if fused else dq.stride()[:3]),
                 H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
                 **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
-                BAND_STAGES=stages if fused else None,
+                BAND_STAGES=stages if fused else None, BAND_WEIGHTS=True,
                 BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
 
         if not fused:  # first: it writes delta (O laid out as dQ)

@@ -284,6 +284,47 @@ def test_the_output_merges_its_heads_without_a_copy(backward):
         assert (a.double() - b).abs().max() <= tol * (b.abs().max() + 1)
 
 
+LAUNCH_OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg"}  # Triton's, not the kernel's arguments
+
+
+@cpu_only
+def test_every_launch_names_every_kernel_argument(monkeypatch):
+    """torch.compile hands a user kernel's launch to inductor by argument name, and inductor's analysis
+    of which tensors the kernel writes (torch's generate_ttir, 2.11 to 2.13) refuses a launch that leaves
+    a defaulted argument out: it then takes every tensor argument to be written (a clone of each in the
+    compiled graph, with a warning) and compiles the missing constexpr as None, not as its default, so
+    another variant than eager runs. The dQ kernel's BAND_WEIGHTS was left out until 2026-11-26. Every
+    launch of every kernel passes all its arguments, in every structure (split or fused backward, far
+    loops, the dropout mask's bits, a frozen table)."""
+    missing, seen = {}, set()
+    kernels = ("_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel", "_dropout_bits_kernel")
+    for name in kernels:
+        real = getattr(tra, name)
+
+        class Spy:
+            def __getitem__(self, grid, real=real, name=name):
+                def launch(*args, **kwargs):
+                    given = set(real.arg_names[:len(args)]) | (set(kwargs) - LAUNCH_OPTIONS)
+                    missing.setdefault(name, set()).update(set(real.arg_names) - given)
+                    seen.add(name)
+                    return real[grid](*args, **kwargs)
+                return launch
+        monkeypatch.setattr(tra, name, Spy())
+    monkeypatch.setattr(tra, "far_loops_pay", lambda *shape: True)
+    q, k, v, table, kpm = make(1, 2, 24, 24, 16, 4, pad=True)
+    structures = [("split", "none", "philox", 0.0, False), ("split", "all", "bits", 0.1, False),
+                  ("fused", "backward", "philox", 0.1, False), ("fused", "none", "philox", 0.0, True)]
+    for structure, far, mask, p, frozen in structures:
+        monkeypatch.setattr(tra, "BACKWARD", structure)
+        monkeypatch.setattr(tra, "FAR_LOOPS", far)
+        monkeypatch.setattr(tra, "DROPOUT_MASK", mask)
+        per_distance = table.detach().requires_grad_(not frozen)
+        out = tra.triton_rpe_attention(q, k, v, per_distance, key_padding_mask=kpm, dropout_p=p, blocks=SMALL)
+        torch.autograd.grad(out.sum(), [q, k, v] + ([] if frozen else [per_distance]))
+    assert seen == set(kernels)
+    assert {name: left for name, left in missing.items() if left} == {}
+
+
 @pytest.mark.skipif(not CUDA and (not _INTERPRETER_READY or _INTERPRETER_PROBLEM is not None),
                     reason=_INTERPRETER_PROBLEM or "needs CUDA or Triton's interpreter in this process")
 def test_a_packed_projection_gets_its_gradient_in_one_tensor_without_a_stack(backward):
@@ -1470,9 +1511,15 @@ def test_gpu_the_kernels_that_ran_keep_their_matrix_products_overlapped(monkeypa
     """ptxas's C7515 note on the kernels the JIT compiled here (every dQ kernel had its products
     serialized until 2026-11-26; `compile_triton_rpe.wgmma_serialized`), for the default tiles
     with and without padding and dropout, in one loop and with far loops (`FAR_LOOPS`). Fails if no
-    kernel of the three was found to check."""
+    kernel of the three was found to check. Only this test's kernels are checked: the JIT's caches are
+    emptied first, since earlier tests compile head size 16 (tiny models), which ptxas does serialize at
+    sm90's tiles (another cause: "non wgmma instructions defining accumulator registers"; `compile_triton_rpe.py
+    --head-dims 16`), and which no real model uses."""
     ptxas_log = load_benchmark("compile_triton_rpe")._ptxas_log
     serialized = load_benchmark("compile_triton_rpe").wgmma_serialized
+    for fn in (tra._fwd_kernel, tra._bwd_dkdv_kernel, tra._bwd_dq_kernel):
+        _compiled_kernels(fn)  # checks the cache's layout
+        fn.device_caches.clear()  # recompiled on the next launch (from Triton's disk cache)
     conditions = [(far, pad, p) for far in ("none", "all") for pad, p in ((False, 0.0), (True, 0.0), (True, 0.1))]
     for far, pad, p in conditions:  # T = 1000 > 2 (128 + 64): the far loops run at the default tiles
         monkeypatch.setattr(tra, "FAR_LOOPS", far)
