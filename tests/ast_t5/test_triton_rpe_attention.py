@@ -1207,6 +1207,93 @@ def compile_check(*options) -> tuple:
     return proc.stdout, rows
 
 
+# Run in a process of its own without TRITON_INTERPRET (the kernels must be Triton's JIT functions, as
+# torch.compile sees them): Triton's driver is replaced by one that names an sm90 target, every launch of
+# the backend is recorded instead of run, and torch's analysis of user Triton kernels (what inductor does
+# with a launch traced into a compiled graph) says which tensor arguments each launch writes.
+_WRITTEN_SCRIPT = r"""
+import json, sys
+import torch
+from triton.backends.compiler import GPUTarget
+from triton.runtime import driver
+
+class Sm90:
+    def get_current_device(self): return 0
+    def get_current_stream(self, device=None): return 0
+    def get_current_target(self): return GPUTarget("cuda", 90, 32)
+    def __getattr__(self, name): raise AttributeError(name)
+driver.set_active(Sm90())
+from torch._higher_order_ops import triton_kernel_wrap as wrap
+from ast_t5.modules import triton_rpe_attention as tra
+
+OPTIONS = {"num_warps", "num_stages", "num_ctas", "maxnreg"}
+launches = []
+class Record:
+    def __init__(self, name):
+        self.name, self.real = name, getattr(tra, name)
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            named = dict(zip(self.real.arg_names, args))
+            named.update({k: v for k, v in kwargs.items() if k not in OPTIONS})
+            launches.append((self.name, self.real, named))
+        return launch
+for name in ("_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel", "_dropout_bits_kernel"):
+    setattr(tra, name, Record(name))
+tra.unsupported_reason = lambda *args: None  # CPU tensors stand for CUDA ones: nothing runs
+tra.far_loops_pay = lambda *shape: True
+
+def written(kernel, kwargs):  # torch 2.13's analysis, or 2.11's (the GPU host's)
+    if hasattr(wrap, "identify_accessed_tensors"):
+        found = wrap.identify_accessed_tensors(kernel, kwargs, {})
+        return sorted(d.name for d in found.read_writes.writes if isinstance(kwargs.get(d.name), torch.Tensor))
+    return sorted(wrap.identify_mutated_tensors(kernel, kwargs, {}))
+
+result = {}
+g = torch.Generator().manual_seed(0)
+q, k, v = (torch.randn(2, 2, 512, 64, generator=g).to(torch.bfloat16).requires_grad_() for _ in range(3))
+table = torch.randn(2, 257).requires_grad_()
+kpm = torch.zeros(2, 512, dtype=torch.bool)
+kpm[1, -5:] = True
+for structure, far, mask, p in json.loads(sys.argv[1]):
+    tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK = structure, far, mask
+    launches.clear()
+    out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, dropout_p=p,
+                                   blocks=(64, 64, 64, 4, 2, 4, 64, 2))
+    out.backward(torch.ones_like(out))
+    result[f"{structure} {far} {mask} {p}"] = [[name, written(kernel, kwargs)] for name, kernel, kwargs in launches]
+print(json.dumps(result))
+"""
+
+
+def test_inductor_sees_each_launch_write_only_its_outputs():
+    """What torch.compile does with the backend's launches, checked without a GPU: inductor's analysis
+    of a user Triton kernel (torch's own code, given an sm90 target) finds which tensor arguments each
+    launch writes, and copies nothing else. Each kernel writes only its outputs: the forward O and the
+    log-sum-exp; the split backward's dQ kernel dQ, the table's partial sums and delta, its dK/dV kernel
+    dK and dV; the fused backward's dK/dV kernel dK, dV, the fp32 dQ accumulator and the far sums, its band
+    kernel the table's partial sums; the dropout bits kernel its bits. When the analysis fails (a launch
+    leaving out a defaulted argument: the dQ kernel's BAND_WEIGHTS until 2026-11-26), it takes every tensor
+    argument as written, and the compiled graph clones q, k, v, O, dO, ... around every call; this test
+    then fails."""
+    import json
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env["TRITON_DEFAULT_FP_FUSION"] = "1"
+    structures = [("split", "none", "philox", 0.0), ("split", "all", "bits", 0.1), ("fused", "backward", "philox", 0.1)]
+    proc = subprocess.run([sys.executable, "-c", _WRITTEN_SCRIPT, json.dumps(structures)], env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "identify" not in proc.stderr, proc.stderr[-3000:]  # torch's warning when its analysis fails
+    written = json.loads(proc.stdout.strip().splitlines()[-1])
+    outputs = {"_fwd_kernel": ["LSE", "O"], "_dropout_bits_kernel": ["BITS"]}
+    split = dict(outputs, _bwd_dq_kernel=["DELTA", "DQ", "DTAB"], _bwd_dkdv_kernel=["DK", "DV"])
+    fused = dict(outputs, _bwd_dq_kernel=["DTAB"], _bwd_dkdv_kernel=["DK", "DQACC", "DV", "FAR"])
+    for key, launches in written.items():
+        expected = fused if key.startswith("fused") else split
+        assert launches and all(found == expected[name] for name, found in launches), (key, launches)
+    assert [name for name, _ in written["split all bits 0.1"]][0] == "_dropout_bits_kernel"
+
+
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
 def test_kernels_compile_for_hopper_as_the_jit_does_on_wgmma_with_pipelined_loads_several_per_sm():
     """What the interpreter cannot check: the kernels compile for sm90 (Triton's compiler and
