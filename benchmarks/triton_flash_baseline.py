@@ -44,15 +44,17 @@ if triton is not None:
         return tl.dot(a, b, input_precision=PRECISION)
 
     @triton.jit
+    def _base_program(H, BLOCK: tl.constexpr, BLOCK_D: tl.constexpr):
+        """(bh, b, h, this program's BLOCK rows, the head's BLOCK_D columns) of a (rows, B x H) grid."""
+        bh = tl.program_id(1)
+        return bh, bh // H, bh % H, tl.program_id(0) * BLOCK + tl.arange(0, BLOCK), tl.arange(0, BLOCK_D)
+
+    @triton.jit
     def _base_fwd_kernel(Q, K, V, KV_END, O, LSE, sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t,  # noqa: E741
                          so_b, so_h, so_t, H, T, S, scale, HAS_END: tl.constexpr, BLOCK_M: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, PRECISION: tl.constexpr):
         scale = tl.cast(scale, tl.float32)
-        bh = tl.program_id(1)
-        b = bh // H
-        h = bh % H
-        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, BLOCK_D)
+        bh, b, h, offs_m, offs_d = _base_program(H, BLOCK_M, BLOCK_D)
         q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :],
                     mask=offs_m[:, None] < T, other=0.0)
         hi = S
@@ -95,12 +97,8 @@ if triton is not None:
         (keys as rows): P^T = exp2(K Q^T - lse), dV += P^T dO, dS^T = P^T (V dO^T - delta),
         dK += dS^T Q. dK and dV go to DK and DV, which share the strides sg_*."""
         scale = tl.cast(scale, tl.float32)
-        bh = tl.program_id(1)
-        b = bh // H
-        h = bh % H
+        bh, b, h, offs_n, offs_d = _base_program(H, BLOCK_N, BLOCK_D)
         start_n = tl.program_id(0) * BLOCK_N
-        offs_n = start_n + tl.arange(0, BLOCK_N)
-        offs_d = tl.arange(0, BLOCK_D)
         hi = S
         if HAS_END:
             hi = tl.load(KV_END + b)
@@ -142,11 +140,7 @@ if triton is not None:
         """One program per BLOCK_M queries, walking the keys BLOCK_N at a time:
         dS = P (dO V^T - delta), dQ += dS K."""
         scale = tl.cast(scale, tl.float32)
-        bh = tl.program_id(1)
-        b = bh // H
-        h = bh % H
-        offs_m = tl.program_id(0) * BLOCK_M + tl.arange(0, BLOCK_M)
-        offs_d = tl.arange(0, BLOCK_D)
+        bh, b, h, offs_m, offs_d = _base_program(H, BLOCK_M, BLOCK_D)
         q_ok = offs_m < T
         q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :], mask=q_ok[:, None], other=0.0)
         do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :], mask=q_ok[:, None],
