@@ -560,97 +560,99 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
         # dropout and padding, and a second length in one process went past dynamo's recompile
         # limit (FailOnRecompileLimitHit on an H200, 2026-11-25)
         torch._dynamo.reset()
-        for dropout in args.dropouts:
-            for padded in paddings:
-                case = make_case(args, length, padded, dtype, device)
-                flops = flops_fwd_bwd(args.batch, args.heads, length, length, args.head_dim)
-                floor_ms = flops / (args.peak_tflops * 1e12) * 1e3
-                ref_cache = {}
-                condition_rows = []
-                for name in args.backends:
-                    row = dict(length=length, dropout=dropout, padded=padded, backend=name, dtype=args.dtype,
-                               batch=args.batch, heads=args.heads, head_dim=args.head_dim, floor_ms=floor_ms)
-                    why = available(name, device, args.head_dim, length)
-                    backward = backward_supported(name, device)
-                    fn = None if why else step_fn(name, *case, dropout, backward)
-                    if fn is None:
-                        row.update(ms=None, note=why or ("= triton (no dropout)" if name.partition(":")[0] in
-                                                         DROPOUT_ROWS else "no dropout in the baseline"
-                                                         if name == BASELINE else "no dropout in FlexAttention"))
-                    else:
-                        try:
-                            ab.DISPATCH_COUNTS.clear()
-                            result = fn()
-                            row["ran"] = "+".join(sorted(ab.DISPATCH_COUNTS)) or name
-                            row["pass"] = "fwd+bwd" if backward else "fwd"
-                            row["ms"], row["host_ms"] = time_ms(fn, device, args.warmup, args.repeats)
-                            row["tflops"] = (flops if backward else flops / 3.5) / (row["ms"] * 1e-3) / 1e12
-                            if args.split and backward:
-                                row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
-                                                        args.warmup, args.repeats).ms
-                            if args.kernel_times and (name.split(":")[0] in TRITON_ROWS or name == BASELINE):
-                                row["kernels"] = kernel_times(fn, device, args.repeats)
-                            if dropout == 0.0:
-                                key = ("bias-free" if bias_free(name) else "biased", backward)
-                                if key not in ref_cache:
-                                    ref = reference_result(name, case, backward, device)
-                                    own = step_fn("eager-nobias" if bias_free(name) else "eager",
-                                                  *case, 0.0, backward)()
-                                    ref_cache[key] = (ref, max_error(own, ref))
-                                ref, own_err = ref_cache[key]
-                                row["max_err"] = max_error(result, ref)
-                                row["torch_err"] = own_err
-                                row["err_ratio"] = row["max_err"] / own_err if own_err > 0 else None
-                            if args.graph and device.type == "cuda" and graphed(name):  # last: a failed
-                                # capture leaves the rest
-                                replay_ms, why = graph_ms(fn, args.repeats)
-                                if why is None:
-                                    row["graph_ms"] = replay_ms
-                                else:
-                                    row["graph_note"] = why
-                        except KERNEL_ERRORS as e:  # OOM, kernel refusals, a tile needing too much shared memory
-                            row.update(ms=None, note=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
-                        if device.type == "cuda":
-                            torch.cuda.empty_cache()
-                    rows.append(row)
-                    condition_rows.append(row)
-                sdpa_ms = next((r["ms"] for r in condition_rows if r["backend"] == "sdpa" and r.get("ms")), None)
-                pre_ms = next((r["ms"] for r in condition_rows if r["backend"] == "sdpa-prebuilt" and r.get("ms")),
-                              None)
-                for row in condition_rows:
-                    if sdpa_ms and row.get("ms"):
-                        row["x_sdpa"] = sdpa_ms / row["ms"]
-                    if pre_ms and row.get("ms"):
-                        row["x_prebuilt"] = pre_ms / row["ms"]
-                    print(format_row(row, args.graph), flush=True)
-                for row in condition_rows:
-                    if row.get("graph_note"):
-                        print(f"# graph of {row['backend']} (T={length} dropout {dropout:g} padded "
-                              f"{'yes' if padded else 'no'}) not timed: {row['graph_note']}", flush=True)
-                    if row.get("kernels"):
-                        print(f"# kernels of {row['backend']} (T={length} dropout {dropout:g} padded "
-                              f"{'yes' if padded else 'no'}), ms per call: "
-                              + ", ".join(f"{k[:40]} {v:.3f}" for k, v in list(row["kernels"].items())[:8]),
-                              flush=True)
-                winner = condition_winner(condition_rows)
-                if winner is not None:
-                    winners.append(winner)
-                    vs = "" if winner["x_sdpa"] is None else f", {winner['x_sdpa']:.2f}x sdpa"
-                    vs += "" if winner["x_prebuilt"] is None else f", {winner['x_prebuilt']:.2f}x sdpa-prebuilt"
-                    print(f"# winner T={length} dropout {dropout:g} padded {'yes' if padded else 'no'}: "
-                          f"{winner['backend']} {winner['ms']:.3f} ms{vs}", flush=True)
-                free = [r for r in condition_rows if r["backend"] in NOBIAS and r.get("ms") is not None
-                        and r.get("pass") == "fwd+bwd"]
-                if len(free) > 1:
-                    best = min(free, key=lambda r: r["ms"])
-                    nobias_winners.append(dict(length=length, dropout=dropout, padded=padded,
-                                               backend=best["backend"], ran=best.get("ran"), ms=best["ms"],
-                                               others={r["backend"]: r["ms"] for r in free if r is not best}))
-                    print(f"# bias-free winner T={length} dropout {dropout:g} padded {'yes' if padded else 'no'}: "
-                          f"{best['backend']} ({best.get('ran')}) {best['ms']:.3f} ms; "
-                          + ", ".join(f"{r['backend']} {r['ms']:.3f}" for r in free if r is not best), flush=True)
-                if on_condition is not None:
-                    on_condition(payload(args, device, rows, winners, nobias_winners))
+        # unpadded conditions first, both dropout rates: the targets (1.0 ms without dropout, 2x
+        # SDPA-with-bias with it) are read there, and the JSON is rewritten after each condition, so a run
+        # cut by gpu_check's time limit keeps them
+        for padded, dropout in [(p, d) for p in paddings for d in args.dropouts]:
+            case = make_case(args, length, padded, dtype, device)
+            flops = flops_fwd_bwd(args.batch, args.heads, length, length, args.head_dim)
+            floor_ms = flops / (args.peak_tflops * 1e12) * 1e3
+            ref_cache = {}
+            condition_rows = []
+            for name in args.backends:
+                row = dict(length=length, dropout=dropout, padded=padded, backend=name, dtype=args.dtype,
+                           batch=args.batch, heads=args.heads, head_dim=args.head_dim, floor_ms=floor_ms)
+                why = available(name, device, args.head_dim, length)
+                backward = backward_supported(name, device)
+                fn = None if why else step_fn(name, *case, dropout, backward)
+                if fn is None:
+                    row.update(ms=None, note=why or ("= triton (no dropout)" if name.partition(":")[0] in
+                                                     DROPOUT_ROWS else "no dropout in the baseline"
+                                                     if name == BASELINE else "no dropout in FlexAttention"))
+                else:
+                    try:
+                        ab.DISPATCH_COUNTS.clear()
+                        result = fn()
+                        row["ran"] = "+".join(sorted(ab.DISPATCH_COUNTS)) or name
+                        row["pass"] = "fwd+bwd" if backward else "fwd"
+                        row["ms"], row["host_ms"] = time_ms(fn, device, args.warmup, args.repeats)
+                        row["tflops"] = (flops if backward else flops / 3.5) / (row["ms"] * 1e-3) / 1e12
+                        if args.split and backward:
+                            row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
+                                                    args.warmup, args.repeats).ms
+                        if args.kernel_times and (name.split(":")[0] in TRITON_ROWS or name == BASELINE):
+                            row["kernels"] = kernel_times(fn, device, args.repeats)
+                        if dropout == 0.0:
+                            key = ("bias-free" if bias_free(name) else "biased", backward)
+                            if key not in ref_cache:
+                                ref = reference_result(name, case, backward, device)
+                                own = step_fn("eager-nobias" if bias_free(name) else "eager",
+                                              *case, 0.0, backward)()
+                                ref_cache[key] = (ref, max_error(own, ref))
+                            ref, own_err = ref_cache[key]
+                            row["max_err"] = max_error(result, ref)
+                            row["torch_err"] = own_err
+                            row["err_ratio"] = row["max_err"] / own_err if own_err > 0 else None
+                        if args.graph and device.type == "cuda" and graphed(name):  # last: a failed
+                            # capture leaves the rest
+                            replay_ms, why = graph_ms(fn, args.repeats)
+                            if why is None:
+                                row["graph_ms"] = replay_ms
+                            else:
+                                row["graph_note"] = why
+                    except KERNEL_ERRORS as e:  # OOM, kernel refusals, a tile needing too much shared memory
+                        row.update(ms=None, note=f"{type(e).__name__}: {str(e).splitlines()[0][:120]}")
+                    if device.type == "cuda":
+                        torch.cuda.empty_cache()
+                rows.append(row)
+                condition_rows.append(row)
+            sdpa_ms = next((r["ms"] for r in condition_rows if r["backend"] == "sdpa" and r.get("ms")), None)
+            pre_ms = next((r["ms"] for r in condition_rows if r["backend"] == "sdpa-prebuilt" and r.get("ms")),
+                          None)
+            for row in condition_rows:
+                if sdpa_ms and row.get("ms"):
+                    row["x_sdpa"] = sdpa_ms / row["ms"]
+                if pre_ms and row.get("ms"):
+                    row["x_prebuilt"] = pre_ms / row["ms"]
+                print(format_row(row, args.graph), flush=True)
+            for row in condition_rows:
+                if row.get("graph_note"):
+                    print(f"# graph of {row['backend']} (T={length} dropout {dropout:g} padded "
+                          f"{'yes' if padded else 'no'}) not timed: {row['graph_note']}", flush=True)
+                if row.get("kernels"):
+                    print(f"# kernels of {row['backend']} (T={length} dropout {dropout:g} padded "
+                          f"{'yes' if padded else 'no'}), ms per call: "
+                          + ", ".join(f"{k[:40]} {v:.3f}" for k, v in list(row["kernels"].items())[:8]),
+                          flush=True)
+            winner = condition_winner(condition_rows)
+            if winner is not None:
+                winners.append(winner)
+                vs = "" if winner["x_sdpa"] is None else f", {winner['x_sdpa']:.2f}x sdpa"
+                vs += "" if winner["x_prebuilt"] is None else f", {winner['x_prebuilt']:.2f}x sdpa-prebuilt"
+                print(f"# winner T={length} dropout {dropout:g} padded {'yes' if padded else 'no'}: "
+                      f"{winner['backend']} {winner['ms']:.3f} ms{vs}", flush=True)
+            free = [r for r in condition_rows if r["backend"] in NOBIAS and r.get("ms") is not None
+                    and r.get("pass") == "fwd+bwd"]
+            if len(free) > 1:
+                best = min(free, key=lambda r: r["ms"])
+                nobias_winners.append(dict(length=length, dropout=dropout, padded=padded,
+                                           backend=best["backend"], ran=best.get("ran"), ms=best["ms"],
+                                           others={r["backend"]: r["ms"] for r in free if r is not best}))
+                print(f"# bias-free winner T={length} dropout {dropout:g} padded {'yes' if padded else 'no'}: "
+                      f"{best['backend']} ({best.get('ran')}) {best['ms']:.3f} ms; "
+                      + ", ".join(f"{r['backend']} {r['ms']:.3f}" for r in free if r is not best), flush=True)
+            if on_condition is not None:
+                on_condition(payload(args, device, rows, winners, nobias_winners))
     return payload(args, device, rows, winners, nobias_winners)
 
 

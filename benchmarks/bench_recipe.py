@@ -16,8 +16,9 @@ It runs ``python -m fairseq_cli.hydra_train --config-name CONFIG +run_config=RUN
 validation, and reads fairseq's own ``train_inner`` records: updates/s, non-pad source tokens/s
 (``src_wps``) and target tokens/s (fairseq's ``wps``: our criterion's ``ntokens`` are target
 tokens), samples per update, model TFLOP/s and MFU (logged by our criterion: ``ast_t5.models.flops``), and the peak memory
-of each interval (the GPU's memory minus fairseq's ``gb_free``, which is measured from the
-allocator's peak since the previous record). Steady state: the median over the records after the
+of the last update of each interval (the GPU's memory minus fairseq's ``gb_free``: fairseq reads the
+allocator's peak and resets it after every update, and its record keeps the interval's last value; so
+``peak_gib``, the largest of them, samples one update in ``--log-interval``). Steady state: the median over the records after the
 first (warm-up) whose interval compiled no new graph (``model.compile`` compiles once per length
 class: tens of seconds each, amortized in a long run but not in 200 updates); the count and time of
 the compilations are reported beside it. The default corpus is small (about 60 updates of 131k
@@ -60,7 +61,9 @@ def parse_args(argv=None):
     p.add_argument("--vocab-size", type=int, default=0, help="vocabulary of the default corpus (32000 cuda, 2000 cpu)")
     p.add_argument("--workers", type=int, default=0, help="preprocessing workers (default: all cores)")
     p.add_argument("--override", action="append", default=[], help="extra Hydra override (repeatable)")
-    p.add_argument("--timeout", type=float, default=0.0, help="seconds before the run is stopped (0: none)")
+    p.add_argument("--timeout", type=float, default=0.0,
+                   help="seconds for the whole benchmark, the corpus's preprocessing included, after which the "
+                        "run is stopped and what it logged is read (0: none)")
     p.add_argument("--log", default="", help="also write the trainer's whole output here")
     p.add_argument("--json", default="", help="write the records and the summary to this JSON file")
     args = p.parse_args(argv)
@@ -225,6 +228,7 @@ def write_json(path: str, payload: Dict) -> None:
 
 
 def main(argv=None) -> int:
+    started = time.perf_counter()  # --timeout counts from here: the corpus is made within it too
     args = parse_args(argv)
     if args.device == "cuda":
         import torch
@@ -239,13 +243,13 @@ def main(argv=None) -> int:
         print("# " + " ".join(cmd[1:]), flush=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         t0 = time.perf_counter()
+        left = max(1.0, args.timeout - (t0 - started)) if args.timeout else None
         try:
-            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
-                                  timeout=args.timeout or None)
+            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=left)
             output, returncode = proc.stdout + proc.stderr, proc.returncode
         except subprocess.TimeoutExpired as e:
             output = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
-            output += f"\nbench_recipe: stopped after --timeout {args.timeout:g} s\n"
+            output += f"\nbench_recipe: stopped at --timeout {args.timeout:g} s (the run had {left:.0f} s)\n"
             returncode = None
         seconds = time.perf_counter() - t0
     if args.log:

@@ -200,6 +200,10 @@ def setup_ours(args, device, data_dir):
     if args.compile_backend:
         overrides.append(f"++model.compile_backend={args.compile_backend}")
     _, _, trainer, initial = build_trainer(args.config, data_dir, overrides + list(args.override))
+    # on CUDA fairseq's train_step resets the peak memory statistics at the end of every update (to log
+    # gb_free), so the warm-up's peak would be what the last update left allocated, not its peak; without
+    # its CUDA environment record it neither resets nor logs that
+    trainer.cuda_env = None
     losses, ooms = [], []
     log_oom = trainer._log_oom
     trainer._log_oom = lambda e: (ooms.append(1), log_oom(e))  # count fairseq's OOM recoveries
@@ -386,7 +390,9 @@ def sync_sites(trainer, sample):
     return sites
 
 
-def report(args, device, shape, ours, hf, profile, flops, tokens):
+def report(args, device, shape, ours, hf, flops, tokens):
+    """The run's figures (returned as the JSON payload) and their log lines, the profile aside
+    (`report_profile`)."""
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     peak = peak_tflops(name, args.peak_tflops) if device.type == "cuda" else float("nan")
     config, vocab, batch, src_len, tgt_len = shape
@@ -414,22 +420,26 @@ def report(args, device, shape, ours, hf, profile, flops, tokens):
             logger.info("ours / HF peak memory: %.2fx (target <= 1.0x)", out["ratio_peak_memory"])
     logger.info("ours: compile %.1f s, cross-entropy %s, parameters in %s, oom recoveries %d", ours["compile_seconds"],
                 ours["ce_path"], ours["param_dtype"], ours["oom_recoveries"])
-    if profile is not None:
-        out["profile"] = profile
-        s, f = profile["seconds"], profile["floors"]
-        logger.info("time budget of one update (median of %d; floors at %.3g FLOP/s matmul, %.3g B/s copy):",
-                    args.repeats, profile["matmul_flops_per_s"], profile["copy_bytes_per_s"])
-        for key, label in (("forward", "forward (criterion call)"), ("backward", "backward"),
-                           ("optimizer", "optimizer (clip + step)"), ("data_copy", "data: copy to device"),
-                           ("data_make", "data: mask + collate, 1 core"),
-                           ("trainer_rest", "rest of train_step (syncs, logs)"),
-                           ("train_step", "whole Trainer.train_step")):
-            logger.info("  %-34s %9.2f ms   floor %8.2f ms", label, 1e3 * s[key], 1e3 * f[key])
-        if profile["host_syncs"] is not None:
-            logger.info("host synchronizations in one update: %s", profile["host_syncs"] or "none")
-        if profile.get("gpu_op_shares"):
-            logger.info("GPU time by op in one update: %s", ", ".join(
-                f"{k} {100 * v:.1f}%" for k, v in profile["gpu_op_shares"].items()))
+    return out
+
+
+def report_profile(args, out, profile):
+    """Add ``profile`` (`profile_update`) to the payload ``out`` and log its time budget."""
+    out["profile"] = profile
+    s, f = profile["seconds"], profile["floors"]
+    logger.info("time budget of one update (median of %d; floors at %.3g FLOP/s matmul, %.3g B/s copy):",
+                args.repeats, profile["matmul_flops_per_s"], profile["copy_bytes_per_s"])
+    for key, label in (("forward", "forward (criterion call)"), ("backward", "backward"),
+                       ("optimizer", "optimizer (clip + step)"), ("data_copy", "data: copy to device"),
+                       ("data_make", "data: mask + collate, 1 core"),
+                       ("trainer_rest", "rest of train_step (syncs, logs)"),
+                       ("train_step", "whole Trainer.train_step")):
+        logger.info("  %-34s %9.2f ms   floor %8.2f ms", label, 1e3 * s[key], 1e3 * f[key])
+    if profile["host_syncs"] is not None:
+        logger.info("host synchronizations in one update: %s", profile["host_syncs"] or "none")
+    if profile.get("gpu_op_shares"):
+        logger.info("GPU time by op in one update: %s", ", ".join(
+            f"{k} {100 * v:.1f}%" for k, v in profile["gpu_op_shares"].items()))
     return out
 
 
@@ -524,16 +534,24 @@ def main(argv=None) -> int:
     for r in (ours, hf):
         if r is not None and r["peak_memory_gib"] is None:
             del r["peak_memory_gib"]
-    profile = profile_update(args, trainer, batches, device) if args.profile else None
     flops = flops_per_update(trainer.model, batches[0])
     tokens = statistics.mean(batch_tokens(b) for b in batches)
-    out = report(args, device, shape, ours, hf, profile, flops, tokens)
-    if args.json:
-        tmp_path = args.json + ".tmp"
-        with open(tmp_path, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1, default=str)
-        os.replace(tmp_path, args.json)
+    out = report(args, device, shape, ours, hf, flops, tokens)
+    if args.json:  # now, and again with the profile: a time limit during the profile keeps the comparison
+        write_json(args.json, out)
+    if args.profile:
+        report_profile(args, out, profile_update(args, trainer, batches, device))
+        if args.json:
+            write_json(args.json, out)
     return 0
+
+
+def write_json(path: str, payload: dict) -> None:
+    """``payload`` to ``path`` atomically (a temporary file, then a rename)."""
+    tmp_path = path + ".tmp"
+    with open(tmp_path, "w", encoding="utf-8") as f:
+        json.dump(payload, f, indent=1, default=str)
+    os.replace(tmp_path, path)
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@
 #   build            the fused_ops CUDA extension in place (about 20 s)      60   30  build.log
 #   bench_attention  bench_attention.py --device cuda at T = S = 1024 (the
 #                    issue's shape): every backend, dropout 0 and 0.1,
-#                    padding or not; the triton kernels' own times, each
-#                    row's host time, the triton/flash/sdpa rows' CUDA-graph
-#                    replay (--graph)                                       120   60  attention.log
+#                    unpadded first (the targets' conditions), then padded;
+#                    the triton kernels' own times, each row's host time,
+#                    the triton/flash/sdpa rows' CUDA-graph replay (--graph),
+#                    about 45 Triton kernels to compile on a fresh host     150   60  attention.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
 #                    step, auto vs each single backend at dropout 0 and
 #                    0.1, and HF (issue 10's auto target)                   150   90  bench_model.log
@@ -230,7 +231,7 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 
 #   NAME                     CAP MIN LOG
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
-run bench_attention          120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
+run bench_attention          150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
   --kernel-times --graph --json "$WORK/attention.json"
 run bench_model              150  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --json "$WORK/model.json"

@@ -418,6 +418,22 @@ def test_bench_train_cpu_mode(tmp_path, restored_logging):
     assert all(v >= 0 for v in budget.values())
 
 
+def test_bench_train_writes_its_comparison_before_the_profile(tmp_path, restored_logging, monkeypatch):
+    """The profile runs last and may be cut by gpu_check's time limit: the JSON already holds the
+    comparison with Hugging Face then (rewritten with the profile when it finishes)."""
+    out = tmp_path / "train.json"
+
+    def cut(*args, **kwargs):
+        assert json.loads(out.read_text())["ours"]["tokens_per_s"] > 0  # written before the profile began
+        raise TimeoutError("cut by the step's time limit")
+    monkeypatch.setattr(bench_train, "profile_update", cut)
+    with pytest.raises(TimeoutError):
+        bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1", "--profile",
+                          "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["ratio_tokens_per_s"] > 0 and "profile" not in figures
+
+
 def test_bench_train_refuses_to_compare_models_with_different_dropout(tmp_path, restored_logging, capsys):
     """Hugging Face T5 has one dropout rate: a model with another attention dropout would not do
     the same work, so the comparison stops with one line before any timing."""

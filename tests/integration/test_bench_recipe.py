@@ -30,6 +30,28 @@ def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, p
     assert summary["recompile_limit_hits"] == 0
 
 
+def test_the_time_limit_counts_the_corpus_preprocessing_too(bench, tmp_path, monkeypatch, capsys):
+    """gpu_check gives the step --timeout seconds in all: the trainer gets what the corpus left of them,
+    and a run stopped there still reports what it logged."""
+    import subprocess
+    import time
+
+    def slow_corpus(work, vocab_size, workers):
+        time.sleep(2.0)
+        return str(tmp_path / "corpus")
+    given = []
+
+    def stopped_run(cmd, **kwargs):
+        given.append(kwargs["timeout"])
+        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"", stderr=b"")
+    monkeypatch.setattr(bench, "default_corpus", slow_corpus)
+    monkeypatch.setattr(bench.subprocess, "run", stopped_run)
+    assert bench.main(["--device", "cpu", "--timeout", "30", "--work", str(tmp_path / "work")]) == 1
+    assert len(given) == 1 and 1.0 <= given[0] <= 28.0, given
+    printed = capsys.readouterr()
+    assert "stopped at --timeout 30 s" in printed.out + printed.err
+
+
 def test_records_and_oom_recoveries_are_read_from_the_output(bench):
     compiled = ("2026-11-23 10:00:00 | INFO | ast_t5.models.ast_t5_model | torch.compile: new graph for batch "
                 "128 x source 512 / target 128 (training) in {} s ({} s in all)")
