@@ -42,6 +42,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -314,6 +315,26 @@ def write_json(path: str, payload: Dict) -> None:
     os.replace(tmp, path)
 
 
+IMPORT_TIMEOUT = 120  # seconds for each reading of a report (`ncu --import`)
+
+
+def run_bounded(cmd, timeout: float):
+    """``cmd`` with its output captured, stopped after ``timeout`` seconds together with every process it
+    started (its own session: ncu's profiled Python, which a plain timeout leaves running on the GPU,
+    holding memory and disturbing the next step's timings): a CompletedProcess, or None when stopped."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.communicate()
+        return None
+    return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
+
+
 def profile_condition(ncu: str, index: int, args, timeout: float, match_base, print_base, tmp) -> Dict:
     """One ncu run of condition ``index``: {"kernels": [...], "all_metrics": [...]} or {"error": ...}."""
     report = os.path.join(tmp, f"attention-{index}")
@@ -324,20 +345,18 @@ def profile_condition(ncu: str, index: int, args, timeout: float, match_base, pr
     cmd += [sys.executable, os.path.abspath(__file__), "--workload", str(index), "--length", str(args.length),
             "--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim)]
     print("profile_attention_kernels:", " ".join(cmd), flush=True)
-    try:
-        run = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        run = None
+    run = run_bounded(cmd, timeout)
     log = "" if run is None else run.stdout + run.stderr
     if run is None or run.returncode != 0 or not os.path.exists(report + ".ncu-rep"):
         why = f"timed out after {timeout:.0f} s" if run is None else f"exit {run.returncode}"
         errors = [line for line in log.splitlines() if "ERROR" in line][-3:]
         return {"error": f"the profiled run failed ({why}): " + (" | ".join(errors) or log[-300:]),
                 "ncu_log_tail": log[-4000:]}
-    raw = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "raw", "--csv"],
-                         capture_output=True, text=True)
-    source = subprocess.run([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "source", "--csv",
-                             "--print-source", "sass"], capture_output=True, text=True)
+    empty = subprocess.CompletedProcess([], None, "", "timed out")
+    raw = run_bounded([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "raw", "--csv"],
+                      IMPORT_TIMEOUT) or empty
+    source = run_bounded([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "source", "--csv",
+                          "--print-source", "sass"], IMPORT_TIMEOUT) or empty
     results = label_results(parse_results(raw.stdout), conditions=CONDITIONS[index:index + 1])
     out = {"kernels": [summarize(r) for r in results],
            "all_metrics": [{"condition": r["condition"], "kind": r["kind"],

@@ -60,12 +60,20 @@ def torch_varlen_bshd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, key_pad
     """Bias-free, non-causal attention over padded keys with PyTorch's varlen flash kernel
     (torch.nn.attention.varlen.varlen_attn: half precision CUDA, no dropout). The padded keys are
     dropped, every query kept. q: (B, H, T, D); k/v: (B, H, S, D); key_padding_mask: (B, S) bool,
-    True at padding. ``varlen_attn`` replaces the kernel (tests). Returns (B, H, T, D)."""
+    True at padding. ``varlen_attn`` replaces the kernel (tests). Returns (B, H, T, D).
+
+    The kernel takes head sizes that are multiples of 8 only ("head_size must be a multiple of 8,
+    this is ensured by padding!": SDPA pads before its flash kernel, the varlen entry point does not),
+    so other head sizes are zero-padded to the next multiple of 8 here and the output sliced back:
+    the zero columns add nothing to q k^T (the scale is passed explicitly) and give zero output
+    columns."""
     if varlen_attn is None:
         from torch.nn.attention.varlen import varlen_attn
     bsz, heads, q_len, head_dim = q.shape
-    qb, kb, vb = (t.transpose(1, 2).contiguous() for t in (q, k, v))  # (B, T|S, H, D)
+    width = -(-head_dim // 8) * 8
+    qb, kb, vb = (F.pad(t.transpose(1, 2), (0, width - head_dim)) if width != head_dim
+                  else t.transpose(1, 2).contiguous() for t in (q, k, v))  # (B, T|S, H, width)
     k_unpad, v_unpad, cu_k, max_k = _unpad_keys(kb, vb, key_padding_mask)
     cu_q = torch.arange(0, (bsz + 1) * q_len, q_len, dtype=torch.int32, device=q.device)
-    out = varlen_attn(qb.reshape(-1, heads, head_dim), k_unpad, v_unpad, cu_q, cu_k, q_len, max_k, scale=scale)
-    return out.view(bsz, q_len, heads, head_dim).transpose(1, 2)
+    out = varlen_attn(qb.reshape(-1, heads, width), k_unpad, v_unpad, cu_q, cu_k, q_len, max_k, scale=scale)
+    return out.view(bsz, q_len, heads, width)[..., :head_dim].transpose(1, 2)

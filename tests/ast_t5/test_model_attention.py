@@ -522,17 +522,22 @@ def test_auto_on_gpu_dispatches_the_tables_biased_backend_and_flash_for_bias_fre
     assert ab.DISPATCH_COUNTS["flash-attn"] + ab.DISPATCH_COUNTS["sdpa-flash"] + ab.DISPATCH_COUNTS["torch-varlen"] == 2
 
 
-def test_torch_varlen_adapter_plumbing():
-    """Unpadding + cu_seqlens for PyTorch's varlen kernel, with a CPU stand-in for the kernel."""
+@pytest.mark.parametrize("head_dim", [HEAD_DIM, 4, 12])
+def test_torch_varlen_adapter_plumbing(head_dim):
+    """Unpadding + cu_seqlens for PyTorch's varlen kernel, with a CPU stand-in for the kernel that, as
+    the kernel, refuses head sizes that are not multiples of 8: the adapter pads them (the narrow
+    models of bench_host_overhead.py have head size 4, their cross-attention runs here on a GPU)."""
     from ast_t5.modules.flash_attn_adapter import torch_varlen_bshd
 
     fake = fake_flash_attn_module().flash_attn_varlen_func
 
     def varlen_attn(q, k, v, cu_q, cu_k, max_q, max_k, scale=None):
+        assert q.size(-1) % 8 == 0, "head_size must be a multiple of 8, this is ensured by padding!"
         return fake(q, k, v, cu_q, cu_k, max_q, max_k, softmax_scale=scale)
 
     q, k, v, _, pad = make_inputs(torch.float32, 5, 11, with_bias=False, with_padding=True)
-    q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    q, k, v = (t[..., :head_dim].detach().requires_grad_() if head_dim <= HEAD_DIM else
+               torch.cat([t, t], -1)[..., :head_dim].detach().requires_grad_() for t in (q, k, v))
     out = torch_varlen_bshd(q, k, v, pad, 0.5, varlen_attn=varlen_attn)
     grads = torch.autograd.grad(out.square().sum(), (q, k, v))
     ref = run("torch", (q, k, v, None, pad), False, scale=0.5)

@@ -218,8 +218,10 @@ def test_ranks_with_different_configs_stop_naming_the_key(pretrain_data, tmp_pat
 
 def write_stand_ins(bin_dir):
     """scontrol and srun as a one-node SLURM cluster would answer; srun drops its own options
-    and runs the command once (one task on the one node)."""
+    and runs the command once (one task on the one node). nvidia-smi lists no GPU (a CPU node), so
+    that the script's process count does not come from the GPUs of the host running the test."""
     bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
     (bin_dir / "scontrol").write_text("#!/bin/sh\necho 127.0.0.1\n")
     (bin_dir / "srun").write_text(
         "#!/bin/bash\necho \"srun $*\" >> \"$SRUN_LOG\"\n"

@@ -2,6 +2,7 @@
 by condition, and the whole run against a stand-in ncu (the real one needs a GPU whose counters the
 driver lets it read; gpu_check's attention group runs it there)."""
 import json
+import os
 import stat
 import sys
 import textwrap
@@ -192,6 +193,30 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
     assert len(payload["all_metrics"]) == len(KERNELS)
     printed = capsys.readouterr().out
     assert "triton p0.1" in printed and "wait 3.00" in printed  # the table, with the stall breakdown
+
+
+def test_a_run_past_its_time_is_stopped_with_every_process_it_started(tmp_path):
+    """ncu profiles a Python process it starts: at the time limit both go, not ncu alone (an orphaned
+    workload would keep the GPU busy under the next step's timings)."""
+    import time
+
+    pid_file = tmp_path / "child"
+    started = time.monotonic()
+    assert profile.run_bounded(["sh", "-c", f"sleep 30 & echo $! > {pid_file}; wait"], 1.0) is None
+    assert time.monotonic() - started < 10
+    child = int(pid_file.read_text())
+    for _ in range(50):  # the kill is delivered at once; reaping by init may take a moment
+        try:
+            os.kill(child, 0)
+        except ProcessLookupError:
+            break
+        if open(f"/proc/{child}/stat").read().split()[2] == "Z":  # a zombie: dead, not yet reaped
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError(f"the profiled process {child} outlived the time limit")
+    done = profile.run_bounded(["sh", "-c", "echo out; echo err >&2; exit 3"], 10.0)
+    assert (done.returncode, done.stdout, done.stderr) == (3, "out\n", "err\n")
 
 
 def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monkeypatch, capsys):
