@@ -480,7 +480,8 @@ def backward_supported(name, device) -> bool:
     return device.type == "cuda" or name not in ("flex", "flex-distance", "flex-nobias")
 
 
-def available(name, device, head_dim: int = 64, length: Optional[int] = None) -> Optional[str]:
+def available(name, device, head_dim: int = 64, length: Optional[int] = None,
+              dtype: Optional[torch.dtype] = None) -> Optional[str]:
     """None, or why the backend cannot run here as itself: a triton row whose structure the kernels would
     not take, so that its time would be another's under its name (the fused backward falling back to the
     split one; FAR_LOOPS at a length where the kernels keep one loop, `far_loops_pay`)."""
@@ -514,7 +515,7 @@ def available(name, device, head_dim: int = 64, length: Optional[int] = None) ->
                 return why
         if far_loops != "none" and length is not None:
             blocks = tra.resolve_blocks(tuple(int(x) for x in tiles.split("x")) if tiles else
-                                        tra.BLOCKS_OVERRIDE or tra.default_blocks(head_dim, device))
+                                        tra.BLOCKS_OVERRIDE or tra.default_blocks(head_dim, device, dtype=dtype))
             if not tra.far_loops_pay(length, length, MAX_DISTANCE, blocks):
                 return (f"T = {length} is within 2 (M + tile) = {2 * (MAX_DISTANCE + max(blocks[:3]))}: "
                         "the kernels keep one loop there")
@@ -572,7 +573,7 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
             for name in args.backends:
                 row = dict(length=length, dropout=dropout, padded=padded, backend=name, dtype=args.dtype,
                            batch=args.batch, heads=args.heads, head_dim=args.head_dim, floor_ms=floor_ms)
-                why = available(name, device, args.head_dim, length)
+                why = available(name, device, args.head_dim, length, dtype)
                 backward = backward_supported(name, device)
                 fn = None if why else step_fn(name, *case, dropout, backward)
                 if fn is None:

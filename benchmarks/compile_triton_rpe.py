@@ -369,7 +369,8 @@ def main(argv=None) -> int:
         padded, causal, dropout = VARIANTS[variant]
         try:
             block_m, block_n, block_bwd, warps, stages, bwd_warps, step_bwd, bwd_stages = tra.resolve_blocks(
-                blocks or tra.default_blocks(head_dim, torch.device("cuda"), capability=arch, dropout=dropout))
+                blocks or tra.default_blocks(head_dim, torch.device("cuda"), capability=arch, dropout=dropout,
+                                             dtype=torch.float32 if args.dtype == "fp32" else None))
         except ValueError as e:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
             return 2

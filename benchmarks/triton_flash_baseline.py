@@ -177,7 +177,7 @@ def _launch_settings(q: torch.Tensor) -> tuple:
     precision, BLOCK_D."""
     from ast_t5.modules import triton_rpe_attention as tra
 
-    blocks = tra.resolve_blocks(tra.BLOCKS_OVERRIDE or tra.default_blocks(q.size(-1), q.device))
+    blocks = tra.resolve_blocks(tra.BLOCKS_OVERRIDE or tra.default_blocks(q.size(-1), q.device, dtype=q.dtype))
     return blocks, tra._precision(q.dtype), max(16, tra._next_pow2(q.size(-1)))
 
 

@@ -1084,10 +1084,17 @@ def fused_backward_unfit(device: torch.device, head_dim: int) -> Optional[str]:
 
 
 def default_blocks(head_dim: int, device: torch.device, capability: Optional[int] = None,
-                   dropout: bool = False) -> tuple:
+                   dropout: bool = False, dtype: Optional[torch.dtype] = None) -> tuple:
     """(fwd BLOCK_M, fwd BLOCK_N, bwd BLOCK, num_warps, num_stages, bwd num_warps, bwd STEP, bwd
     num_stages) (`resolve_blocks`) for a call of head size ``head_dim``, with attention dropout
-    or not.
+    or not, on q's ``dtype`` (None: half precision).
+
+    fp32 on a GPU (IEEE fp32 products: no tensor-core instruction takes them, so each product is
+    fused multiply-adds in registers): 32 x 32 tiles on 4 warps, 2 stages, and a 16-row backward at
+    head size > 64, on every GPU. The half-precision tiles spilled up to 13.6 KB per thread there
+    (sm90 D 64 dK/dV with dropout under Triton 3.6, `compile_triton_rpe.py --dtype fp32`), and took
+    3-4x longer to compile; these spill 0-16 bytes (D <= 64) and 0-8 (D 128) on sm80, sm86 and sm90.
+    `auto` never sends fp32 to this backend: only ``attention_backend=triton`` does, and the GPU tests.
 
     sm90 (H100, H200) at head size <= 64, the T5 and AST-T5 models' 64: **measured**. 64 x 64
     tiles on one warpgroup (4 warps) and 2 pipeline stages in all three kernels, with and without
@@ -1120,6 +1127,9 @@ def default_blocks(head_dim: int, device: torch.device, capability: Optional[int
     """
     if device.type != "cuda":
         return 32, 32, 32, 4, DEFAULT_STAGES, 4, 32, DEFAULT_STAGES
+    if dtype == torch.float32:
+        backward = 32 if head_dim <= 64 else 16
+        return 32, 32, backward, 4, 2, 4, backward, 2
     if capability is None:
         capability = _capability(device)
     hopper = 90 <= capability < 100
@@ -1499,7 +1509,7 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
         raise ValueError("pass the key padding mask in `shared` (SharedInputs) or as key_padding_mask, not both")
     dropout_p = effective_dropout_p(dropout_p)
     blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device,
-                                                                         dropout=dropout_p > 0))
+                                                                         dropout=dropout_p > 0, dtype=q.dtype))
     T, S, pad = q.size(2), k.size(2), max(blocks[:3])
     if shared is None:
         pd, pd_off = _bias_rows(per_distance, T, S, pad)

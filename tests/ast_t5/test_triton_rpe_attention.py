@@ -149,6 +149,12 @@ def test_tile_tuples_take_optional_stages_and_are_checked():
     assert tra.default_blocks(64, cuda, capability=89) == (128, 64, 128, 8, 2, 8, 32, 2)  # ~100 KB shared
     assert tra.default_blocks(64, cuda, capability=86, dropout=True) == (128, 64, 128, 8, 2, 8, 16, 2)
     assert tra.default_blocks(64, cuda, capability=80, dropout=True) == (128, 64, 128, 8, stages, 8, 32, stages)
+    # fp32 (products as fused multiply-adds, no tensor cores): small tiles on every GPU, which do not spill
+    # kilobytes (test_the_fp32_tiles_compile_without_spilling_kilobytes)
+    for capability in (80, 86, 90):
+        assert tra.default_blocks(64, cuda, capability=capability, dtype=torch.float32) == (32, 32, 32, 4, 2, 4, 32, 2)
+        assert tra.default_blocks(128, cuda, capability=capability, dtype=torch.float32) == (32, 32, 16, 4, 2, 4, 16, 2)
+    assert tra.default_blocks(64, cuda, capability=90, dtype=torch.bfloat16) == (64, 64, 64, 4, 2, 4, 64, 2)
     for bad in [(128, 64, 64), (128, 64, 8, 4), (128, 0, 64, 4, 2), (1, 2, 16, 4, 2, 9), (8, 32, 32, 4),
                 (128, 48, 32, 4), (128, 64, 64, 8, 3, 0), (128, 64, 64, 8, 3, 4, 1), (128, 64, 64, 8, 3, 4, 8),
                 (128, 64, 32, 8, 3, 8, 64), (128, 64, 64, 8, 3, 8, 48), (128, 64, 64, 8, 3, 8, 32, 0),
@@ -1292,6 +1298,17 @@ def test_inductor_sees_each_launch_write_only_its_outputs():
         expected = fused if key.startswith("fused") else split
         assert launches and all(found == expected[name] for name, found in launches), (key, launches)
     assert [name for name, _ in written["split all bits 0.1"]][0] == "_dropout_bits_kernel"
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_the_fp32_tiles_compile_without_spilling_kilobytes():
+    """fp32 calls (``attention_backend=triton`` in fp32, and the GPU tests) at their own default tiles: at
+    the half-precision tiles the sm90 D 64 dK/dV kernel with dropout spilled 13.6 KB per thread (and every
+    kernel took 3-4x longer to compile); at fp32's, tens of bytes at most."""
+    stdout, lines = compile_check("--variants", "padded-dropout", "--dtype", "fp32")
+    assert sorted(line["kernel"] for line in lines) == ["dkdv", "dq", "fwd"], stdout
+    assert all(int(line["stack"]) <= 64 for line in lines), stdout  # Triton 3.9: 40 bytes in dK/dV, 3.6: 8
+    assert {line["tiles"] for line in lines} == {"32x32/4w2s"}, stdout
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
