@@ -224,8 +224,12 @@ TRITON_TILES=${GPU_CHECK_TRITON_TILES:-far-all:64,64,64,4,2 128,64,128,8,3,8,64 
 ATTENTION_TESTS="tests/ast_t5/test_model_attention.py tests/ast_t5/test_triton_rpe_attention.py tests/fused_ops"
 ignores=""
 for f in $ATTENTION_TESTS; do ignores="$ignores --ignore=$f"; done
-# the host image has pytest-xdist: the rest of the suite in 8 of its 16 cores' processes (the suite
-# runs under xdist: 634 passed with -n 2 on the CPU machine)
+# the host image has pytest-xdist: each part of the suite in 8 of its 16 cores' processes (the suite
+# runs under xdist: 634 passed with -n 2 on the CPU machine). The attention files too: on a CUDA host
+# their interpreter tests skip, but their sm90 compile checks alone take ~150 s in one process (the
+# GPU host's software on the CPU machine, 2026-11-26) and the CUDA tests compile their kernels besides:
+# one process ran past the step's cap on the H200 (2026-11-25). Triton's on-disk cache is shared by
+# the processes, so a kernel compiled by one is loaded by the others.
 parallel=""
 if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${GPU_CHECK_TEST_PROCS:-8}"; fi
 
@@ -242,7 +246,7 @@ run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attent
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \
   --json "$WORK/attention_tiles.json"
 # shellcheck disable=SC2086
-run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $ATTENTION_TESTS
+run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $parallel $ATTENTION_TESTS
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --lengths 512 2048 --graph --json "$WORK/attention_lengths.json"
 run recipe                   260 150 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \

@@ -23,9 +23,11 @@ Sections, each only when the call measured it:
   backend (target <= +3%);
 - training (bench_recipe, bench_train): the recipe's MFU (target >= 40%) and OOM recoveries, and
   the trainer against Hugging Face (target >= 1.5x tokens/s at no more peak memory);
+- norm/ffn (bench_model --norm-ffn's log lines): liger's RMSNorm and gated GELU against eager;
 - tests: pytest's summary lines and failures.
 """
 import json
+import re
 import sys
 from typing import Dict, List, Optional
 
@@ -217,6 +219,19 @@ def host_overhead_lines(host: Optional[Dict]) -> List[str]:
             f"ours {_ms(o.get('ms_per_update'))} ({host.get('speedup_per_update', 0):.3f}x)"]
 
 
+def norm_ffn_lines(bench_model: Optional[List[str]]) -> List[str]:
+    """The norm_ffn step (bench_model --norm-ffn, read from its log lines): liger's RMSNorm and gated
+    GELU against eager in the t5_v11 step, the figure that decides liger_norm_ffn.AUTO_USES_LIGER."""
+    if not isinstance(bench_model, list):
+        return []
+    ratios = [m.groups() for line in bench_model if isinstance(line, str)
+              for m in [re.search(r"norm/ffn speed-up liger/eager( compiled)?: ([0-9.]+)x", line)] if m]
+    return [f"norm/ffn speed-up liger / eager{compiled or ''}: {float(x):.3f}x ("
+            + ("liger faster: AUTO_USES_LIGER may turn on)" if float(x) > 1 else "eager no slower: AUTO_USES_LIGER "
+               "stays False)")
+            for compiled, x in ratios]
+
+
 def summary(figures: Dict) -> List[str]:
     lines = [f"gpu_check summary ({figures.get('device', '?')}, torch {figures.get('torch', '?')}, "
              f"{figures.get('date', '?')})"]
@@ -234,6 +249,7 @@ def summary(figures: Dict) -> List[str]:
     lines += train_lines(figures.get("recipe"), figures.get("train"))
     lines += optimizer_lines(figures.get("optimizer"))
     lines += host_overhead_lines(figures.get("host_overhead"))
+    lines += norm_ffn_lines(figures.get("bench_model"))
     if figures.get("pytest_summaries"):
         lines.append("tests: " + "; ".join(figures["pytest_summaries"]))
     if figures.get("pytest_failures"):

@@ -47,6 +47,9 @@ FIGURES = {
                                            "ms_per_update": 20.0},
                                "ours": {"after_clip_ms": 2.2, "launching_ops_after_clip": 273,
                                         "ms_per_update": 16.0}}},
+    "bench_model": ["norm/ffn eager           98.0 ms/step, step peak memory above the resident models 9.10 GiB",
+                    "norm/ffn speed-up liger/eager: 1.083x (> 1: liger faster)",
+                    "norm/ffn speed-up liger/eager compiled: 0.970x (> 1: liger faster)"],
     "pytest_summaries": ["60 passed, 3 skipped in 120.0s"], "pytest_failures": ["tests/x.py::test_y"],
 }
 
@@ -93,7 +96,24 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "kernel is adamw_scale's default, fused=false to leave it), floor 2.700 ms") in out
     assert ("host time after clipping per update (base, narrow): fairseq 6.100 ms / 668 launching ops, ours "
             "2.200 ms / 273; ms per update fairseq 20.000, ours 16.000 (1.250x)") in out
+    assert "norm/ffn speed-up liger / eager: 1.083x (liger faster: AUTO_USES_LIGER may turn on)" in out
+    assert "norm/ffn speed-up liger / eager compiled: 0.970x (eager no slower: AUTO_USES_LIGER stays False)" in out
     assert "tests: 60 passed" in out and "failed tests: tests/x.py::test_y" in out
+
+
+def test_the_norm_ffn_line_reads_what_bench_model_writes():
+    """gpu_check keeps bench_model's log lines, and the summary parses the ratio out of them: the
+    format bench_model logs (read from its source) must stay the one the summary reads."""
+    import re
+    import importlib.util
+    source = open(os.path.join(os.path.dirname(SCRIPT), "..", "benchmarks", "bench_model.py"), encoding="utf-8").read()
+    fmt = re.search(r'logger\.info\("(norm/ffn speed-up [^"]*)"', source).group(1)
+    spec = importlib.util.spec_from_file_location("gpu_summary", SCRIPT)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    lines = summary.norm_ffn_lines([fmt % ("", 1.25), fmt % (" compiled", 0.8)])
+    assert lines == ["norm/ffn speed-up liger / eager: 1.250x (liger faster: AUTO_USES_LIGER may turn on)",
+                     "norm/ffn speed-up liger / eager compiled: 0.800x (eager no slower: AUTO_USES_LIGER stays False)"]
 
 
 def test_host_and_graph_times_stand_beside_the_ms_and_the_target_line_states_both(tmp_path):
