@@ -18,6 +18,7 @@ the tensor cores). Triton ships ptxas and cuobjdump.
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants padded-dropout
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --length 1000 --blocks 128,64,64,8,3,4
     python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants plain --length 1025 --keys 1024
+    python benchmarks/compile_triton_rpe.py --arch 90 --head-dims 64 --variants plain padded --kernels dq  # one kernel
 
 The kernels are specialized as Triton's JIT specializes them at launch (`jit_attributes`): every
 pointer and every integer argument divisible by 16 at the modelled call is marked so, which is
@@ -47,6 +48,9 @@ VARIANTS = {  # name -> (key padding, causal, dropout)
     "plain": (False, False, False), "padded": (True, False, False), "causal": (False, True, False),
     "dropout": (False, False, True), "padded-dropout": (True, False, True), "causal-dropout": (False, True, True),
 }
+# every kernel the check compiles: the split backward's (fwd, dkdv, dq), the fused backward's (dkdv+dq, band)
+# and the yardstick's (--baseline)
+KERNELS = ("fwd", "dkdv", "dq", "dkdv+dq", "band", "base-fwd", "base-dkdv", "base-dq")
 MAX_DISTANCE = 128  # T5 v1.1's; --max-distance 256 for the paper's (the dQ kernel's table accumulator)
 # the most shared memory one block may use (bytes, opt-in; CUDA programming guide, compute
 # capabilities table): a kernel needing more fails at launch with "out of resources"
@@ -90,6 +94,10 @@ def parse_args(argv=None):
                    help="also compile the bias-free FlashAttention-2 kernels of triton_flash_baseline.py at the same "
                         "tiles (rows base-fwd, base-dkdv, base-dq; plain and padded variants): the yardstick for "
                         "what the bias, the table gradient and the masks add to each loop")
+    p.add_argument("--kernels", nargs="+", choices=KERNELS, default=None,
+                   help="compile only these kernels (default: every kernel the options give: fwd, dkdv and dq; "
+                        "fwd, dkdv+dq and band with --backward fused; base-* with --baseline); a name the options do "
+                        "not give is an error")
     p.add_argument("--blocks", nargs="+", default=[],
                    metavar="BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="tile tuples to check instead of default_blocks (candidates of a GPU tile sweep)")
@@ -98,6 +106,13 @@ def parse_args(argv=None):
         args.blocks = [tuple(int(x) for x in spec.split(",")) for spec in args.blocks]
     except ValueError:
         p.error("--blocks: each value is BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] (integers)")
+    if args.kernels:
+        given = {"fwd"} | ({"dkdv+dq", "band"} if args.backward == "fused" else {"dkdv", "dq"})
+        given |= {k for k in KERNELS if k.startswith("base-")} if args.baseline else set()
+        missing = [k for k in args.kernels if k not in given]
+        if missing:
+            p.error(f"--kernels {' '.join(missing)}: not compiled with --backward {args.backward}"
+                    f"{' --baseline' if args.baseline else ''} (these options give: {', '.join(sorted(given))})")
     if args.max_distance < 1:
         p.error("--max-distance must be >= 1")
     if os.environ.get("TRITON_INTERPRET") == "1":
@@ -414,6 +429,8 @@ def main(argv=None) -> int:
                          f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
                         ("base-dq", tfb._base_dq_kernel, dict(base, BLOCK_M=block_bwd, BLOCK_N=step_bwd),
                          f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile))
+        if args.kernels:
+            kernels = tuple(k for k in kernels if k[0] in args.kernels)
         for name, fn, consts, tiles, kernel_warps, kernel_stages, tile_elements, loop_tile in kernels:
             t0 = time.time()
             maxnreg = tra.forward_maxnreg(kernel_warps, consts["DROPOUT_BITS"]) if name == "fwd" else None

@@ -1395,13 +1395,13 @@ def test_the_band_tiles_diagonal_sums_against_weights_take_fewer_instructions_wi
     their loop than with the masked sum (`--band-weights off`; about 2 under Triton 3.6, 1.5 under 3.9),
     spill nothing and hold as many programs per SM; with dropout, where the weights' registers would
     spill, the dQ kernel is the same either way."""
-    options = ("--variants", "plain", "padded", "padded-dropout")
+    options = ("--variants", "plain", "padded", "padded-dropout", "--kernels", "dq")
     _, split_on = compile_check(*options)
     _, split_off = compile_check(*options, "--band-weights", "off")
-    _, fused_on = compile_check("--variants", "padded", "--backward", "fused")
-    _, fused_off = compile_check("--variants", "padded", "--backward", "fused", "--band-weights", "off")
-    on = [r for r in split_on + fused_on if r["kernel"] in ("dq", "band")]
-    off = [r for r in split_off + fused_off if r["kernel"] in ("dq", "band")]
+    fused = ("--variants", "padded", "--backward", "fused", "--kernels", "band")
+    _, fused_on = compile_check(*fused)
+    _, fused_off = compile_check(*fused, "--band-weights", "off")
+    on, off = split_on + fused_on, split_off + fused_off
     assert [(r["variant"], r["kernel"]) for r in on] == [(r["variant"], r["kernel"]) for r in off] == [
         ("plain", "dq"), ("padded", "dq"), ("padded-dropout", "dq"), ("padded", "band")]
     for row, before in zip(on, off):
@@ -1511,6 +1511,22 @@ def test_the_compile_check_specializes_arguments_as_triton_jit_does():
     assert not {"H", "T", "S", "scale", "dropout_p", "BLOCK_M"} & marked  # 12, 1000: not multiples of 16
     assert all(value == [["tt.divisibility", 16]] for value in attrs.values())
 
+
+
+def test_the_compile_check_refuses_a_kernel_its_options_do_not_compile(monkeypatch, capsys):
+    """``--kernels`` names kernels of the backward and yardstick the other options choose; asking for
+    one they do not give is a one-line error naming those that they do, not an empty table."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    parse_args = load_benchmark("compile_triton_rpe").parse_args
+    assert parse_args(["--kernels", "dq", "fwd"]).kernels == ["dq", "fwd"]
+    assert parse_args(["--backward", "fused", "--kernels", "band"]).kernels == ["band"]
+    assert parse_args(["--baseline", "--kernels", "base-dq"]).kernels == ["base-dq"]
+    for argv, wrong in ((["--kernels", "band"], "band"), (["--backward", "fused", "--kernels", "dq"], "dq"),
+                        (["--kernels", "base-fwd"], "base-fwd")):
+        with pytest.raises(SystemExit):
+            parse_args(argv)
+        err = capsys.readouterr().err
+        assert f"--kernels {wrong}: not compiled with" in err and "these options give: " in err, err
 
 
 def test_loop_conversions_counts_shared_memory_round_trips_inside_loops_only():
