@@ -219,6 +219,17 @@ def host_overhead_lines(host: Optional[Dict]) -> List[str]:
             f"ours {_ms(o.get('ms_per_update'))} ({host.get('speedup_per_update', 0):.3f}x)"]
 
 
+NOISE = 0.02  # ratios within 2% of 1 are read as a tie: the GPU hosts are shared
+
+
+def _liger_verdict(ratio: float) -> str:
+    if ratio > 1 + NOISE:
+        return "liger faster: AUTO_USES_LIGER may turn on"
+    if ratio < 1 - NOISE:
+        return "eager faster: AUTO_USES_LIGER stays False"
+    return "within 2%, a tie: AUTO_USES_LIGER stays False"
+
+
 def norm_ffn_lines(bench_model: Optional[List[str]]) -> List[str]:
     """The norm_ffn step (bench_model --norm-ffn, read from its log lines): liger's RMSNorm and gated
     GELU against eager in the t5_v11 step, the figure that decides liger_norm_ffn.AUTO_USES_LIGER."""
@@ -226,9 +237,7 @@ def norm_ffn_lines(bench_model: Optional[List[str]]) -> List[str]:
         return []
     ratios = [m.groups() for line in bench_model if isinstance(line, str)
               for m in [re.search(r"norm/ffn speed-up liger/eager( compiled)?: ([0-9.]+)x", line)] if m]
-    return [f"norm/ffn speed-up liger / eager{compiled or ''}: {float(x):.3f}x ("
-            + ("liger faster: AUTO_USES_LIGER may turn on)" if float(x) > 1 else "eager no slower: AUTO_USES_LIGER "
-               "stays False)")
+    return [f"norm/ffn speed-up liger / eager{compiled or ''}: {float(x):.3f}x ({_liger_verdict(float(x))})"
             for compiled, x in ratios]
 
 
