@@ -28,8 +28,8 @@ with ``compile_dynamic=false``, a static one first). On a GPU other than sm90 wi
 stack's biased attention runs on ``sdpa`` up to 128 queries and on ``flex`` beyond
 (`attention_backends.FLEX_MIN_QUERIES`), so the classes are source <= 128 or longer times target
 <= 128 or longer: at most 4 graphs (5 with ``compile_dynamic=false``), inside torch's recompile
-limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures). On sm90 ``auto`` sends biased
-training calls (two queries or more) of bf16/fp16 to ``triton`` whatever their length: one class.
+limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures). On sm90 ``auto`` sends every
+call to ``sdpa`` whatever its length: one class.
 """
 import logging
 import time

@@ -82,8 +82,7 @@ class AstT5Config(FairseqDataclass):
         default="auto", metadata={"help": "attention implementation: " + ", ".join(ATTENTION_BACKENDS)
                                   + " (auto follows attention_backends.AUTO_TABLE and logs each choice "
                                   "once; triton: our Triton kernel with the bias per distance, dropout "
-                                  "and the table gradient, CUDA only, auto's choice for biased calls on "
-                                  "sm90 in bf16/fp16)"})
+                                  "and the table gradient, CUDA only)"})
     fused_norm_ffn: FusedNormFfnChoice = field(
         default="auto", metadata={"help": "RMSNorm and gated GELU (t5_v11): eager (PyTorch ops), liger "
                                   "(liger-kernel's Triton kernels, CUDA, the [gpu] extra; same parameters) "

@@ -35,10 +35,12 @@
   seeded by PyTorch's generator, and the table's gradient reduced per distance in its backward.
   Bias-free calls use ``flash``; calls it cannot take (no triton, CPU tensors without
   TRITON_INTERPRET=1 at import, a dense bias, cached decoding with queries offset from the keys,
-  fp64) go to ``sdpa``, logged once. In `AUTO_TABLE` for biased calls on sm90, where the T5-base
-  step measured fastest with it (H200, 2026-11-25).
+  fp64) go to ``sdpa``, logged once. Not in `AUTO_TABLE`: its kernels alone beat SDPA's on an H200,
+  but the T5-base step ran slower with it than with ``sdpa`` (2026-11-26; a run of 2026-11-25, on
+  the kernels of the day before, had it 2% faster).
 - ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
-  choice is logged once. On CPU: ``sdpa`` (as measured by benchmarks/bench_model.py).
+  choice is logged once. On CPU and on sm90 (H100, H200): ``sdpa`` (as measured by
+  benchmarks/bench_model.py).
 
 Masks: ``key_padding_mask`` (B, S) bool, True at padded keys; ``causal`` lets query i see keys
 j <= i (queries and keys aligned at the start; used only when T == S).
@@ -101,27 +103,35 @@ class AutoRule(NamedTuple):
     max_sm: int = 0  # maximum CUDA capability (0: any), for a row measured on one generation only
 
 
-# (device capability, dtype, dropout, bias kind, length) -> backend. The H100 figures come from the
-# issue's measurements (B16 H12 T=S=1024 D64 bf16, fwd+bwd incl. bias grad): eager 6.60 ms, fused
-# 4.53 (p=0) / 4.73 (p=0.1), SDPA with the bias as mask 2.62, Flex with the bias 1.52, SDPA
-# bias-free (flash) 0.675. `python benchmarks/bench_attention.py --device cuda` re-measures them
-# (with the flex row in the per-distance form used here): a backend that loses there must leave
-# this table.
+# (device capability, dtype, dropout, bias kind, length) -> backend, from the T5-base step that `auto`
+# serves (benchmarks/bench_model.py: every backend side by side in one run, the step's own mix of biased
+# self-attention and bias-free, padded cross-attention) and from the attention calls alone
+# (benchmarks/bench_attention.py). A backend that loses there must leave this table.
+#
+# sm90, measured on an H200 (2026-11-26, `GPU_CHECK_STEPS=headline bash scripts/gpu_check.sh`, bf16,
+# BENCHMARKS.md "The headline group on an H200"): SDPA everywhere. The step (B32 x 512/128, eager):
+# sdpa 87.8 ms, flash 93.3 (its one difference: varlen flash for the padded cross-attention), triton
+# 108.9, flex 121.0 at dropout 0; sdpa 96.7, triton 100.2 at 0.1. Alone, at B16 H12 T=S=1024 D64:
+# padded bias-free calls 2.37 ms on SDPA's masked kernel against 3.01 on varlen flash (whose unpadding
+# costs the host 2.8 ms), unpadded 0.71 against 1.08. The triton kernels' GPU time beats SDPA's there
+# (padded: 1.34 ms in a CUDA graph against 2.18), not the host's time to issue a call (2.03 ms against
+# 0.84), which the eager step pays 24 times per pass: a likely reason, not yet profiled.
+# Other GPUs are not measured; their rows come from the issue's H100 figures, taken before the H200's
+# step: the attention alone (B16 H12 T=S=1024 D64 bf16, fwd+bwd incl. bias grad) eager 6.60 ms, fused
+# 4.53 (p=0) / 4.73 (p=0.1), SDPA with the bias as mask 2.62, Flex with the bias 1.52; the compiled
+# step (B64 x 512/114) with flex for the biased calls 103.4 ms against sdpa 112.6.
+_SM90_STEP = ("measured on an H200 (2026-11-26, bench_model.py, T5-base step B32 x 512/128 bf16 eager): "
+              "sdpa 87.8 ms vs flash 93.3, triton 108.9, flex 121.0 at dropout 0; 96.7 vs triton 100.2 at 0.1")
 AUTO_TABLE = (
     AutoRule("cpu", "any", "any", "any", 0, 0, "sdpa",
              "CPU: bench_model.py measures sdpa >= the eager reference"),
-    AutoRule("cuda", "none", "any", "half", 80, 0, "flash",
-             "bias-free on sm80+: flash 0.675 ms vs SDPA-with-bias 2.62 ms"),
-    AutoRule("cuda", "relative", "any", "half", 90, 2, "triton",
-             "biased on sm90, measured on an H200 (2026-11-25, bench_model.py, T5-base step B32 x "
-             "512/128 bf16 eager): triton 80.9 ms vs sdpa 82.7, flash 86.9, flex 93.4 at dropout 0; "
-             "84.3 vs sdpa 93.6 at 0.1", max_sm=90),
+    AutoRule("cuda", "any", "any", "half", 90, 0, "sdpa", "sm90: " + _SM90_STEP, max_sm=90),
     AutoRule("cuda", "relative", "zero", "half", 80, FLEX_MIN_QUERIES, "flex",
-             "biased, no dropout: Flex 1.52 ms (dense bias; the per-distance form is not yet "
-             "measured) vs SDPA-with-mask 2.62 ms vs fused 4.53 ms"),
+             "biased, no dropout, GPUs other than sm90 (not measured; the H100's figures before the H200's "
+             "step): Flex 1.52 ms vs SDPA-with-mask 2.62 ms vs fused 4.53 ms; compiled step 103.4 ms vs sdpa 112.6"),
     AutoRule("cuda", "any", "any", "any", 0, 0, "sdpa",
-             "dropout > 0 (Flex has none), 128 queries or fewer, fp32 or pre-sm80: SDPA 2.62 ms "
-             "vs fused 4.73 ms at p=0.1"),
+             "bias-free (" + _SM90_STEP + "), dropout > 0 (Flex has none), 128 queries or fewer, fp32 or "
+             "pre-sm80: SDPA 2.62 ms vs fused 4.73 ms at p=0.1 on an H100"),
 )
 
 

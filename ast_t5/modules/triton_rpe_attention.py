@@ -152,9 +152,11 @@ of 3 with key padding), which is why "backward" (the dK/dV and dQ kernels) is a 
 
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
-that on hosts without CUDA. Speed (H200, 2026-11-25, BENCHMARKS.md): 2.6 ms fwd+bwd at B16 H12
-T=S=1024 D64 bf16 (`benchmarks/bench_attention.py --device cuda`), and the fastest backend of the
-T5-base step, so ``auto`` picks it for biased calls on sm90 (`AUTO_TABLE`).
+that on hosts without CUDA. Speed (H200, 2026-11-26, BENCHMARKS.md): 1.93 ms fwd+bwd at B16 H12
+T=S=1024 D64 bf16 (SDPA with the bias 2.43), 2.51 padded (SDPA 2.38; 1.34 in a CUDA graph, where
+the host's time to issue the call is gone, against SDPA's 2.18) (`benchmarks/bench_attention.py
+--device cuda`); slower than ``sdpa`` in the T5-base step, so ``auto`` does not pick it
+(`attention_backends.AUTO_TABLE`).
 """
 import logging
 import math

@@ -151,7 +151,7 @@ def _counting_backend(gm, example_inputs):
 @pytest.fixture
 def gpu_dispatch_on_cpu(monkeypatch):
     """`auto` as it decides on an A100 in bf16 (biased calls of more than 128 queries -> flex; on
-    sm90 it picks triton since 2026-11-25, whose compiled path a GPU test covers), with
+    sm90 it picks sdpa, measured there, 2026-11-26), with
     FlexAttention allowed where torch refuses it on CPU: its backward (torch's math implementation,
     correct but slow; the CUDA kernels are tested on a GPU) and inside a traced model. What this
     checks is what dynamo sees of our code: the graphs, their guards, and the gradients."""
