@@ -50,6 +50,9 @@
 #   host_overhead    bench_host_overhead.py --device cuda: host time and
 #                    kernel launches between updates, fairseq's bf16 step
 #                    and module walks against ours                           60   30  bench_train.log
+#   compile_scope    bench_compile.py --device cuda: T5-base's first step
+#                    (compile) and steady step, model.compile_scope model
+#                    against layers, each in a fresh process               240  120  bench_train.log
 #   other_tests      every other test file, CPU and CUDA tests: with
 #                    attention_tests, the whole suite on the GPU host       360  150  tests.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU) 45  30  bench_model.log
@@ -57,7 +60,8 @@
 # bench_model attention_profile triton_tiles attention_tests bench_attention_lengths (everything
 # issue 10 still owes, its targets first: the kernels at the issue's shape, then the T5-base step
 # that `auto` must not slow, before the profile and the tile sweep); train = build recipe
-# bench_train optimizer host_overhead other_tests norm_ffn (issue 11's, with the rest of the suite); headline = build
+# bench_train optimizer host_overhead compile_scope other_tests norm_ffn (issue 11's, with the rest
+# of the suite); headline = build
 # bench_model recipe bench_train (the figures of the targets still owed: `auto` in the model step,
 # the recipe's MFU and OOM recoveries, the trainer against Hugging Face; the attention kernels at
 # 1024 were measured on 2026-11-26 and are in the attention group. Each compile of T5-base took
@@ -87,9 +91,9 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths recipe bench_train optimizer host_overhead other_tests norm_ffn"
+ALL_STEPS="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths recipe bench_train optimizer host_overhead compile_scope other_tests norm_ffn"
 ATTENTION_GROUP="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths"
-TRAIN_GROUP="build recipe bench_train optimizer host_overhead other_tests norm_ffn"
+TRAIN_GROUP="build recipe bench_train optimizer host_overhead compile_scope other_tests norm_ffn"
 HEADLINE_GROUP="build bench_model recipe bench_train"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
@@ -98,7 +102,7 @@ for step in ${GPU_CHECK_STEPS:-all}; do
     attention) STEPS="$STEPS $ATTENTION_GROUP" ;;
     train) STEPS="$STEPS $TRAIN_GROUP" ;;
     headline) STEPS="$STEPS $HEADLINE_GROUP" ;;
-    build|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
+    build|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train headline; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -259,6 +263,8 @@ run optimizer                 60  30 bench_train.log "$PY" benchmarks/bench_opti
   --json "$WORK/optimizer.json"
 run host_overhead             60  30 bench_train.log "$PY" benchmarks/bench_host_overhead.py --device cuda \
   --json "$WORK/host_overhead.json"
+run compile_scope            240 120 bench_train.log "$PY" benchmarks/bench_compile.py --device cuda --repeats 1 \
+  --variants model layers --json "$WORK/compile.json"
 # shellcheck disable=SC2086
 run other_tests              360 150 tests.log "$PY" -m pytest -q -rs $parallel tests $ignores
 run norm_ffn                  45  30 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
@@ -287,7 +293,7 @@ def read(name):
 tests = read("tests.log")
 figures["pytest_summaries"] = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", tests, re.M)
 figures["pytest_failures"] = re.findall(r"^FAILED (\S+)", tests, re.M)
-for name in ("train.json", "optimizer.json", "host_overhead.json", "attention.json", "attention_tiles.json", "attention_profile.json",
+for name in ("train.json", "optimizer.json", "host_overhead.json", "compile.json", "attention.json", "attention_tiles.json", "attention_profile.json",
              "attention_lengths.json", "recipe.json", "model.json"):
     path = os.path.join(work, name)
     if os.path.exists(path):

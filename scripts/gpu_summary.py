@@ -23,6 +23,8 @@ Sections, each only when the call measured it:
   backend (target <= +3%);
 - training (bench_recipe, bench_train): the recipe's MFU (target >= 40%) and OOM recoveries, and
   the trainer against Hugging Face (target >= 1.5x tokens/s at no more peak memory);
+- compile scope (bench_compile): the whole forward compiled as one graph against one graph per
+  layer class (``model.compile_scope``), compile time and step time;
 - norm/ffn (bench_model --norm-ffn's log lines): liger's RMSNorm and gated GELU against eager;
 - tests: pytest's summary lines and failures.
 """
@@ -219,6 +221,21 @@ def host_overhead_lines(host: Optional[Dict]) -> List[str]:
             f"ours {_ms(o.get('ms_per_update'))} ({host.get('speedup_per_update', 0):.3f}x)"]
 
 
+def compile_lines(payload: Optional[Dict]) -> List[str]:
+    """model.compile_scope (bench_compile): the first step's compile and the steady step, the whole
+    forward in one graph against one graph per layer class."""
+    if not isinstance(payload, dict) or not isinstance(payload.get("median"), dict):
+        return []
+    median, ratios = payload["median"], payload.get("ratios") or {}
+    parts = [f"{v} compile {m.get('compile_s', 0):.1f} s, step {m.get('step_ms', 0):.1f} ms"
+             for v, m in median.items() if isinstance(m, dict)]
+    line = "compile scope (bench_compile): " + "; ".join(parts)
+    if "compile_layers_over_model" in ratios and "step_layers_over_model" in ratios:
+        line += (f"; layers / model: compile {ratios['compile_layers_over_model']:.2f}x, "
+                 f"step {ratios['step_layers_over_model']:.3f}x")
+    return [line]
+
+
 NOISE = 0.02  # ratios within 2% of 1 are read as a tie: the GPU hosts are shared
 
 
@@ -258,6 +275,7 @@ def summary(figures: Dict) -> List[str]:
     lines += train_lines(figures.get("recipe"), figures.get("train"))
     lines += optimizer_lines(figures.get("optimizer"))
     lines += host_overhead_lines(figures.get("host_overhead"))
+    lines += compile_lines(figures.get("compile"))
     lines += norm_ffn_lines(figures.get("bench_model"))
     if figures.get("pytest_summaries"):
         lines.append("tests: " + "; ".join(figures["pytest_summaries"]))

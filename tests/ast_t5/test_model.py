@@ -75,7 +75,8 @@ def test_hydra_config_gets_the_preset_sizes_and_keeps_user_values():
 
 @pytest.mark.parametrize("field,value,message", [
     ("attention_backend", "magic", "attention_backend"), ("rel_pos_buckets", 7, "rel_pos_buckets"),
-    ("family", "t5_v2", "family"), ("dropout", 1.0, "dropout"), ("embed_dim", 0, "embed_dim")])
+    ("family", "t5_v2", "family"), ("dropout", 1.0, "dropout"), ("embed_dim", 0, "embed_dim"),
+    ("compile_scope", "stack", "compile_scope")])
 def test_invalid_config_values_are_rejected_in_one_line(field, value, message):
     with pytest.raises(ValueError, match=message):
         AstT5Model.from_dictionary(make_dictionary(), arch="t5_v11_tiny", **{field: value})

@@ -68,31 +68,38 @@ def test_bf16_keeps_fp32_master_weights_and_tracks_fp32_training(task_dir):
         assert gap < 0.15, (name, float(gap))
 
 
+@pytest.mark.parametrize("scope", ["model", "layers"])
 @pytest.mark.parametrize("checkpointing", [False, True])
-def test_compiled_training_matches_eager_without_recompiling_per_batch(task_dir, checkpointing):
+def test_compiled_training_matches_eager_without_recompiling_per_batch(task_dir, checkpointing, scope):
     from ast_t5.models.ast_t5_model import _compiled_graph_count
 
     batches = _batches([50, 60, 57])  # three lengths, one bucket of 64
     extra = [f"++model.checkpoint_activations={str(checkpointing).lower()}"]
     _, eager = _train(task_dir, extra, batches)
+    torch._dynamo.reset()  # the layers' graphs of an earlier test would serve this model's layers too
     before = _compiled_graph_count()
-    compiled, losses = _train(task_dir, extra + ["++model.compile=true", "++model.compile_backend=aot_eager"],
-                              batches[:1])
+    compiled, losses = _train(task_dir, extra + ["++model.compile=true", "++model.compile_backend=aot_eager",
+                                                 f"++model.compile_scope={scope}"], batches[:1])
     model = compiled.model
     assert model.compile_seconds > 0  # a graph was compiled (and logged) inside Trainer.train_step
     graphs = _compiled_graph_count()
-    assert graphs - before == 1  # one graph for encoder, decoder and head: no graph break
+    # model: one graph for encoder, decoder and head (no graph break); layers: one per layer class,
+    # each reused by every layer of its stack
+    assert graphs - before == (1 if scope == "model" else 2)
+    assert model.encoder.layer_call is None and model.decoder.layer_call is None  # set only inside the step
     losses += [float(compiled.train_step([b])["loss"]) for b in batches[1:]]
     assert _compiled_graph_count() == graphs  # other lengths in the same bucket: no new graph
     for a, b in zip(losses, eager):
         assert math.isclose(a, b, rel_tol=1e-4), (losses, eager)
 
 
+@pytest.mark.parametrize("scope", ["model", "layers"])
 @pytest.mark.parametrize("dynamic", [True, False])
-def test_the_first_compiled_graph_is_already_dynamic_in_batch_and_lengths(dynamic):
+def test_the_first_compiled_graph_is_already_dynamic_in_batch_and_lengths(dynamic, scope):
     """model.compile_dynamic (default): batches of other sizes and length buckets reuse the first
     graph; false: torch compiles the first graph for the first batch's exact shape, and again, with
-    dynamic shapes, at the first change."""
+    dynamic shapes, at the first change. With compile_scope=layers, so for each of the two layer
+    classes (encoder, decoder)."""
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -104,17 +111,19 @@ def test_the_first_compiled_graph_is_already_dynamic_in_batch_and_lengths(dynami
     torch.manual_seed(0)
     torch._dynamo.reset()
     model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, compile=True,
-                                       compile_backend="aot_eager", compile_dynamic=dynamic).train()
+                                       compile_backend="aot_eager", compile_dynamic=dynamic,
+                                       compile_scope=scope).train()
     before = _compiled_graph_count()
     for rows, src_len, tgt_len in [(4, 40, 10), (6, 100, 30), (3, 70, 20), (6, 40, 10)]:
         src = torch.randint(4, len(d), (rows, src_len))
         src[0, -5:] = d.pad()
         prev = torch.randint(4, len(d), (rows, tgt_len))
         model(src, torch.full((rows,), src_len), prev)[0].float().mean().backward()
-    assert _compiled_graph_count() - before == (1 if dynamic else 2)
+    assert _compiled_graph_count() - before == (1 if dynamic else 2) * (1 if scope == "model" else 2)
 
 
-def test_compiled_model_decodes_incrementally_like_its_training_forward():
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_compiled_model_decodes_incrementally_like_its_training_forward(scope):
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -124,7 +133,7 @@ def test_compiled_model_decodes_incrementally_like_its_training_forward():
         d.add_symbol(f"w{i}")
     torch.manual_seed(0)
     model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0,
-                                       compile=True, compile_backend="aot_eager").eval()
+                                       compile=True, compile_backend="aot_eager", compile_scope=scope).eval()
     src = torch.randint(4, len(d), (2, 9))
     prev = torch.cat([torch.full((2, 1), d.eos()), torch.randint(4, len(d), (2, 4))], dim=1)
     full = model(src, None, prev)[0].detach()  # compiled (a forward with gradients), padded and cropped back

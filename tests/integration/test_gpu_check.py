@@ -49,16 +49,16 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     assert "--graph" not in commands["triton_tiles"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and [name for name, _ in steps] == ["build", "recipe", "bench_train", "optimizer", "host_overhead",
-                                                      "other_tests", "norm_ffn"]
+                                                      "compile_scope", "other_tests", "norm_ffn"]
     # a step named twice (a group and itself) runs once, in the script's order
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="norm_ffn train build", GPU_CHECK_BUDGET_S=10000)
     assert [name for name, _ in steps] == ["build", "recipe", "bench_train", "optimizer", "host_overhead",
-                                                      "other_tests", "norm_ffn"]
+                                          "compile_scope", "other_tests", "norm_ffn"]
     # headline: the steps that measure the two issues' targets, in the script's order
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and [name for name, _ in steps] == ["build", "bench_model", "recipe", "bench_train"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the attention one first
-    assert len(steps) == 13 and steps[0][0] == "build" and steps[1][0] == "bench_attention"
+    assert len(steps) == 14 and steps[0][0] == "build" and steps[1][0] == "bench_attention"
     assert steps[-1][0] == "norm_ffn"
 
 
@@ -83,7 +83,8 @@ def test_resume_leaves_out_what_an_earlier_call_finished_but_reruns_a_step_the_b
     )
     rc, steps, out, figures = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_RESUME=1, GPU_CHECK_BUDGET_S=1000)
     assert steps == [("build", "earlier"), ("recipe", "planned"), ("bench_train", "earlier"), ("optimizer", "planned"),
-                     ("host_overhead", "planned"), ("other_tests", "earlier"), ("norm_ffn", "planned")]
+                     ("host_overhead", "planned"), ("compile_scope", "planned"), ("other_tests", "earlier"),
+                     ("norm_ffn", "planned")]
     assert [figures[n]["earlier_exit"] for n in ("build", "bench_train", "other_tests")] == [0, 124, 1]
     assert "build: finished in an earlier call" in out
     # the earlier failures still count: the call does not report them as passed
@@ -92,7 +93,7 @@ def test_resume_leaves_out_what_an_earlier_call_finished_but_reruns_a_step_the_b
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="build norm_ffn", GPU_CHECK_RESUME=1)
     assert rc == 0 and steps == [("build", "earlier"), ("norm_ffn", "planned")]
     # without GPU_CHECK_RESUME the record is not read
-    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=1300)
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=1600)
     assert all(status == "planned" for _, status in steps)
 
 

@@ -118,6 +118,27 @@ def test_the_norm_ffn_line_reads_what_bench_model_writes():
                      "norm/ffn speed-up liger / eager compiled: 0.800x (eager faster: AUTO_USES_LIGER stays False)"]
 
 
+def test_the_compile_scope_line_reads_what_bench_compile_writes(tmp_path, monkeypatch):
+    """bench_compile's --json (its report, from canned child runs) read by the summary."""
+    import importlib.util
+
+    from tests.conftest import load_benchmark
+
+    bench = load_benchmark("bench_compile")
+    monkeypatch.setattr(bench, "run_variant", lambda variant, args: {
+        "variant": variant, "first_step_s": 1.0, "compile_s": {"model": 120.0, "layers": 40.0}[variant],
+        "graphs": 1, "step_ms": {"model": 80.0, "layers": 82.0}[variant], "first_loss": 4.0})
+    out = tmp_path / "compile.json"
+    assert bench.main(["--repeats", "1", "--variants", "model", "layers", "--json", str(out)]) == 0
+    spec = importlib.util.spec_from_file_location("gpu_summary", SCRIPT)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    assert summary.compile_lines(json.loads(out.read_text())) == [
+        "compile scope (bench_compile): model compile 120.0 s, step 80.0 ms; layers compile 40.0 s, step 82.0 ms; "
+        "layers / model: compile 0.33x, step 1.025x"]
+    assert summary.compile_lines(None) == [] and summary.compile_lines({"median": None}) == []
+
+
 def test_host_and_graph_times_stand_beside_the_ms_and_the_target_line_states_both(tmp_path):
     """bench_attention --graph figures: the triton and flash rows' host ms and graph ms beside their ms,
     and per condition the triton row's ms and graph ms against the 1.0 ms target (a row whose capture
