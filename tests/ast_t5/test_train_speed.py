@@ -315,6 +315,46 @@ def test_checkpointed_compiled_model_with_flex_on_gpu_is_one_graph_and_matches_e
     check_flex_in_a_compiled_model_on_gpu(checkpointing=True)
 
 
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (inductor's CUDA kernels, bf16 autocast)")
+@pytest.mark.parametrize("checkpointing", [False, True])
+def test_layerwise_compile_on_gpu_matches_eager_in_two_graphs(checkpointing):
+    """model.compile_scope=layers as the recipes would run it (inductor, bf16 autocast, `auto`):
+    loss and gradients as in eager, one graph per layer class, none more for a new batch shape."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+    from ast_t5.models.ast_t5_model import _compiled_graph_count
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    torch._dynamo.reset()
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16,
+                  checkpoint_activations=checkpointing)
+    model = AstT5Model.from_dictionary(d, compile=True, compile_scope="layers", **kwargs).cuda().train()
+    reference = AstT5Model.from_dictionary(d, **kwargs).cuda().train()
+    reference.load_state_dict(model.state_dict())
+    before = _compiled_graph_count()
+    for rows, src_len, tgt_len in [(4, 200, 136), (3, 100, 40)]:
+        src = torch.randint(4, len(d), (rows, src_len), device="cuda")
+        src[1, -(src_len // 3):] = d.pad()
+        prev = torch.randint(4, len(d), (rows, tgt_len), device="cuda")
+        losses = []
+        for m in (model, reference):
+            m.zero_grad()
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                loss = m(src, None, prev)[0].float().logsumexp(-1).mean()
+            loss.backward()
+            losses.append(loss.item())
+        assert abs(losses[0] - losses[1]) < 2e-2 * abs(losses[1]), losses
+        for (name, p), r in zip(model.named_parameters(), reference.parameters()):
+            assert torch.isfinite(p.grad).all(), name
+            assert (p.grad - r.grad).abs().max() <= 5e-2 * r.grad.abs().max() + 1e-3, name
+        assert _compiled_graph_count() - before == 2  # the second shape reuses both graphs
+
+
 def test_recompile_limit_is_raised_but_never_lowered():
     import torch._dynamo.config as dynamo_config
 
