@@ -71,6 +71,12 @@ class AstT5Model(FairseqEncoderDecoderModel):
         self.cfg = cfg
         self._compiled_forward = None
         self.compile_seconds = 0.0  # total wall time of the calls that compiled a graph
+        # compile_dynamic: mark the compiled inputs' dimensions dynamic in this forward (`_mark_dynamic`;
+        # with compile_scope=layers `_mark_all_dynamic`, about 8 ms of host time per T5-base step on a
+        # CPU core): in the first one, and after any forward that compiled a graph, until one compiles
+        # nothing. The marks only shape what dynamo traces: a dynamic graph takes unmarked inputs of
+        # any size.
+        self._mark_inputs = True
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
         """fairseq's encoder-decoder forward; compiled with bucketed lengths when cfg.compile."""
@@ -99,10 +105,12 @@ class AstT5Model(FairseqEncoderDecoderModel):
         if self.layerwise_compile:
             x, extra = self._forward_with_compiled_layers(src, src_lengths, prev, **kwargs)
         else:
-            if self.cfg.compile_dynamic:
+            if self.cfg.compile_dynamic and self._mark_inputs:
                 _mark_dynamic(src, src_lengths, prev)
             x, extra = self._compiled_forward(src, src_lengths, prev, **kwargs)
-        if _compiled_graph_count() != graphs:
+        compiled_now = _compiled_graph_count() != graphs
+        self._mark_inputs = compiled_now
+        if compiled_now:
             seconds = time.perf_counter() - start
             self.compile_seconds += seconds
             logger.info("torch.compile: new graph for batch %d x source %d / target %d (%s) in %.1f s "
@@ -123,7 +131,7 @@ class AstT5Model(FairseqEncoderDecoderModel):
         (``compile_scope=layers``): one graph per layer class, reused by each layer of its stack."""
         stacks = (self.encoder, self.decoder)
         compiled = self._compiled_forward
-        if self.cfg.compile_dynamic:
+        if self.cfg.compile_dynamic and self._mark_inputs:
             def call(layer, *layer_args):
                 _mark_all_dynamic(layer_args)
                 return compiled(layer, *layer_args)
