@@ -5,6 +5,9 @@
                                      # backend at dropout 0 and 0.1, HF, MFU, memory; fused softmax
     python benchmarks/bench_model.py --device cuda --skip-cpu --norm-ffn   # only eager vs liger
                                      # RMSNorm / gated GELU (model.fused_norm_ffn); + --norm-ffn-compile
+    python benchmarks/bench_model.py --device cuda --skip-cpu --gpu-compile --gpu-compile-scope layers \
+        --gpu-backends triton --gpu-dropouts 0 --gpu-no-hf   # the step compiled, as the recipes train:
+                                     # auto against the triton backend (gpu_check's bench_model_compiled)
 
 Both models have identical shapes and weights (ours converted with hf_conversion), the same
 batch, loss (token cross-entropy, pad ignored), optimizer (torch AdamW) and dropout. Measurements
@@ -219,7 +222,8 @@ def _kernels_of(step) -> tuple:
 
 
 def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, autocast_dtype=None,
-                     hf: bool = True, on_dropout=None, compile_backend=None, **sizes) -> dict:
+                     hf: bool = True, on_dropout=None, compile_backend=None, compile_scope: str = "model",
+                     **sizes) -> dict:
     """The T5 training step with ``auto`` against every single backend, one dropout at a time.
 
     Per dropout: our model with ``auto`` and with each backend of ``backends`` (same weights, same
@@ -232,7 +236,9 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
     figures per dropout (also logged), and hands them so far to ``on_dropout`` after each one.
     With ``compile_backend`` every model runs compiled, as the GPU recipes train: ours with
     ``model.compile`` (bucketed lengths) on that torch.compile backend, Hugging Face's through
-    torch.compile; the kernels are then those of our first, eager forward.
+    torch.compile; the kernels are then those of our first, eager forward. ``compile_scope`` is
+    our models' ``model.compile_scope`` (``layers``: one graph per layer class, about a third of the
+    compile time of the whole forward; the same for every backend compared).
     """
     from ast_t5.models import AstT5Model
     from ast_t5.modules.triton_rpe_attention import KERNEL_ERRORS, fused_backward_unfit
@@ -247,6 +253,8 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
     results = {}
     figures = {"arch": arch, "batch": shape.batch, "src_len": shape.src_len, "tgt_len": shape.tgt_len,
                "compiled": compile_backend or False, "by_dropout": results}
+    if compile_backend:
+        figures["compile_scope"] = compile_scope
     peak = peak_tflops(torch.cuda.get_device_name(), args.peak_tflops) if device.type == "cuda" else float("nan")
     for p in dropouts:
         with device:  # parameters made and initialized on the device: seconds less per T5-base model
@@ -257,11 +265,12 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
                     continue
                 cfg = dataclasses.replace(base.cfg, attention_backend="triton" if b in TRITON_STRUCTURES else b)
                 if compile_backend:
-                    cfg = dataclasses.replace(cfg, compile=True, compile_backend=compile_backend)
+                    cfg = dataclasses.replace(cfg, compile=True, compile_backend=compile_backend,
+                                              compile_scope=compile_scope)
                 m = AstT5Model.build(cfg, base.encoder.dictionary)
                 m.load_state_dict(base.state_dict())
                 models[f"ours[{b}]"] = m.to(device).train()
-            if compile_backend:
+            if compile_backend and hf:
                 hf_model = torch.compile(hf_model, backend=compile_backend)
         if flops is None:
             flops = model_flops_per_step(base, batch)
@@ -343,17 +352,19 @@ def failed_models(figures: dict) -> list:
 
 
 def gpu_t5_base(args) -> dict:
-    """T5-base bf16 step (autocast over fp32 weights, torch AdamW), eager: auto vs each backend, and HF."""
+    """T5-base bf16 step (autocast over fp32 weights, torch AdamW), eager or compiled: auto vs each
+    backend, and HF unless --gpu-no-hf."""
     device = torch.device("cuda")
     shape = Shape(32128, args.gpu_batch, args.gpu_src_len, args.gpu_tgt_len)
     logger.info("GPU %s, torch %s; T5-base (t5_v11_base) bf16 autocast + AdamW, %s, batch %d x src %d / tgt %d, "
                 "%d repeats x %d steps per model", torch.cuda.get_device_name(), torch.__version__,
-                "compiled (inductor)" if args.gpu_compile else "eager",
+                f"compiled (inductor, compile_scope {args.gpu_compile_scope})" if args.gpu_compile else "eager",
                 shape.batch, shape.src_len, shape.tgt_len, args.gpu_repeats, args.gpu_steps)
     save = (lambda figures: write_json(args.json, figures)) if args.json else None  # after each dropout:
     figures = compare_backends(args, device, "t5_v11_base", shape, args.gpu_dropouts,  # a cut run keeps them
-                               args.gpu_backends, torch.bfloat16, on_dropout=save,
-                               compile_backend="inductor" if args.gpu_compile else None)
+                               args.gpu_backends, torch.bfloat16, hf=not args.gpu_no_hf, on_dropout=save,
+                               compile_backend="inductor" if args.gpu_compile else None,
+                               compile_scope=args.gpu_compile_scope)
     logger.info("%.1f TFLOP/step (ast_t5.models.flops: padded shapes, attention included)",
                 figures["flops_per_step"] / 1e12)
     return figures
@@ -457,7 +468,14 @@ def parse_args(argv=None):
                    help="single backends compared with auto in the T5-base step")
     p.add_argument("--gpu-compile", action="store_true",
                    help="the T5-base comparison with every model compiled, as the GPU recipes train (adds "
-                        "about a minute of compilation per model: a call of its own)")
+                        "about a minute of compilation per model: a call of its own, without the fused "
+                        "softmax-dropout comparison, which is eager)")
+    p.add_argument("--gpu-compile-scope", choices=("model", "layers"), default="model",
+                   help="with --gpu-compile: our models' model.compile_scope (layers: about a third of the "
+                        "compile time; model: as the recipes train)")
+    p.add_argument("--gpu-no-hf", action="store_true",
+                   help="leave Hugging Face out of the T5-base comparison (with --gpu-compile: one "
+                        "compilation less)")
     p.add_argument("--json", default=None, help="also write the T5-base figures to this JSON file (atomically)")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="override the GPU's peak bf16 TFLOP/s")
     p.add_argument("--sm-batch", type=int, default=16)
@@ -467,8 +485,10 @@ def parse_args(argv=None):
     p.add_argument("--norm-ffn-compile", action="store_true",
                    help="with --norm-ffn: also both under model.compile (adds a few minutes of compilation)")
     args = p.parse_args(argv)
-    if args.device != "cuda" and (args.json or args.gpu_compile):
-        p.error("--json and --gpu-compile belong to the T5-base comparison: add --device cuda")
+    if args.device != "cuda" and (args.json or args.gpu_compile or args.gpu_no_hf):
+        p.error("--json, --gpu-compile and --gpu-no-hf belong to the T5-base comparison: add --device cuda")
+    if args.gpu_compile_scope != "model" and not args.gpu_compile:
+        p.error("--gpu-compile-scope is the compiled comparison's: add --gpu-compile")
     return args
 
 
@@ -491,7 +511,8 @@ def main(argv=None) -> int:
         cpu_comparison(args)
     if args.device == "cuda":
         failed = failed_models(gpu_t5_base(args))
-        gpu_softmax_dropout(args)
+        if not args.gpu_compile:  # an eager op: measured by the eager call
+            gpu_softmax_dropout(args)
         if failed:  # the figures of the others are written; the step still reports the failure
             logger.error("bench_model: first step failed for %s (the error is in their rows)", ", ".join(failed))
             return 1

@@ -30,6 +30,10 @@
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
 #                    step, auto vs each single backend at dropout 0 and
 #                    0.1, and HF (issue 10's auto target; 139 s on the H200) 180   90  bench_model.log
+#   bench_model_compiled  the same step compiled (inductor, compile_scope layers:
+#                    a third of the whole forward's compile), dropout 0 as the
+#                    recipes train: auto (sdpa on sm90) against the triton
+#                    backend, whose launches inductor makes (no HF)        240  150  bench_model.log
 #   attention_profile  profile_attention_kernels.py: the triton kernels'
 #                    hardware counters under Nsight Compute (issue slots,
 #                    tensor pipe, occupancy, stall reasons, the hottest
@@ -58,9 +62,10 @@
 #                    attention_tests, the whole suite on the GPU host       360  150  tests.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU) 45  30  bench_model.log
 # GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build bench_attention
-# bench_model attention_profile triton_tiles attention_tests bench_attention_lengths (everything
-# issue 10 still owes, its targets first: the kernels at the issue's shape, then the T5-base step
-# that `auto` must not slow, before the profile and the tile sweep); train = build recipe
+# bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths
+# (everything issue 10 still owes, its targets first: the kernels at the issue's shape, then the
+# T5-base step that `auto` must not slow, eager and compiled, before the profile and the tile
+# sweep); train = build recipe
 # bench_train optimizer host_overhead compile_scope other_tests norm_ffn (issue 11's, with the rest
 # of the suite); headline = build
 # bench_model recipe bench_train (the figures of the targets still owed: `auto` in the model step,
@@ -92,8 +97,8 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths recipe bench_train optimizer host_overhead compile_scope other_tests norm_ffn"
-ATTENTION_GROUP="build bench_attention bench_model attention_profile triton_tiles attention_tests bench_attention_lengths"
+ALL_STEPS="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths recipe bench_train optimizer host_overhead compile_scope other_tests norm_ffn"
+ATTENTION_GROUP="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths"
 TRAIN_GROUP="build recipe bench_train optimizer host_overhead compile_scope other_tests norm_ffn"
 HEADLINE_GROUP="build bench_model recipe bench_train"
 STEPS=""
@@ -103,7 +108,7 @@ for step in ${GPU_CHECK_STEPS:-all}; do
     attention) STEPS="$STEPS $ATTENTION_GROUP" ;;
     train) STEPS="$STEPS $TRAIN_GROUP" ;;
     headline) STEPS="$STEPS $HEADLINE_GROUP" ;;
-    build|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
+    build|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_model_compiled|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train headline; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -246,6 +251,9 @@ run bench_attention          210  60 attention.log "$PY" benchmarks/bench_attent
   --kernel-times --graph --json "$WORK/attention.json"
 run bench_model              180  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --json "$WORK/model.json"
+run bench_model_compiled     240 150 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
+  --gpu-compile --gpu-compile-scope layers --gpu-backends triton --gpu-dropouts 0 --gpu-no-hf \
+  --json "$WORK/model_compiled.json"
 run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
   --json "$WORK/attention_profile.json"
 # shellcheck disable=SC2086
@@ -295,7 +303,7 @@ tests = read("tests.log")
 figures["pytest_summaries"] = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", tests, re.M)
 figures["pytest_failures"] = re.findall(r"^FAILED (\S+)", tests, re.M)
 for name in ("train.json", "optimizer.json", "host_overhead.json", "compile.json", "attention.json", "attention_tiles.json", "attention_profile.json",
-             "attention_lengths.json", "recipe.json", "model.json"):
+             "attention_lengths.json", "recipe.json", "model.json", "model_compiled.json"):
     path = os.path.join(work, name)
     if os.path.exists(path):
         try:

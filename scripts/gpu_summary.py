@@ -19,8 +19,8 @@ Sections, each only when the call measured it:
 - tiles (the tile sweep): per condition the fastest row, the fastest forward (``fwd_ms``) and the
   fastest backward (ms - fwd_ms), to combine into `default_blocks`, and the far-all row's forward and
   backward against the triton row's (which kernels' far loops pay);
-- model step (bench_model): every model's ms per dropout and `auto` against the best single
-  backend (target <= +3%);
+- model step (bench_model eager, bench_model_compiled compiled): every model's ms per dropout and
+  `auto` against the best single backend (target <= +3%);
 - training (bench_recipe, bench_train): the recipe's MFU (target >= 40%) and OOM recoveries, and
   the trainer against Hugging Face (target >= 1.5x tokens/s at no more peak memory);
 - compile scope (bench_compile): the whole forward compiled as one graph against one graph per
@@ -160,7 +160,9 @@ def model_lines(payload: Dict) -> List[str]:
     for dropout, result in payload.get("by_dropout", {}).items():
         rows = result.get("rows", {})
         timed = sorted(((r["ms"], name) for name, r in rows.items() if r.get("ms") is not None))
-        text = f"model step {dropout}: " + ", ".join(f"{name} {ms:.1f}" for ms, name in timed)
+        mode = f" compiled ({payload['compiled']}, scope {payload.get('compile_scope', 'model')})" \
+            if payload.get("compiled") else ""
+        text = f"model step{mode} {dropout}: " + ", ".join(f"{name} {ms:.1f}" for ms, name in timed)
         if result.get("auto_vs_best") is not None:
             gap = 100 * result["auto_vs_best"]
             text += (f"; auto vs best single ({result.get('best_single')}): {gap:+.1f}% "
@@ -270,8 +272,9 @@ def summary(figures: Dict) -> List[str]:
         lines += profile_lines(figures["attention_profile"])
     if isinstance(figures.get("attention_tiles"), dict):
         lines += tiles_lines(figures["attention_tiles"])
-    if isinstance(figures.get("model"), dict):
-        lines += model_lines(figures["model"])
+    for key in ("model", "model_compiled"):
+        if isinstance(figures.get(key), dict):
+            lines += model_lines(figures[key])
     lines += train_lines(figures.get("recipe"), figures.get("train"))
     lines += optimizer_lines(figures.get("optimizer"))
     lines += host_overhead_lines(figures.get("host_overhead"))

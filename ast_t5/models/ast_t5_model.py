@@ -321,10 +321,13 @@ def _mark_all_dynamic(args) -> None:
     """Mark every dimension of the tensor arguments of a layer call dynamic (``maybe``: those the
     layer ties to its weights, the model and head sizes, stay static without an error), so that the
     first graph of each layer class is the one later batches and lengths reuse (``compile_dynamic``
-    with ``compile_scope=layers``). Tensors inside the flex and triton backends' bias objects are
-    left to torch's automatic dynamic shapes (one more graph at the first new length)."""
-    for t in args:
-        if torch.is_tensor(t):
+    with ``compile_scope=layers``). The stack's bias object (`attention_backends.FoldedBias`) is an
+    argument too: its key padding mask and dense bias are marked with the rest (`varying_tensors`).
+    flex's block mask is left to torch's automatic dynamic shapes (one more graph at the first new
+    shape)."""
+    for arg in args:
+        tensors = (arg,) if torch.is_tensor(arg) else getattr(arg, "varying_tensors", tuple)()
+        for t in tensors:
             for dim in range(t.dim()):
                 torch._dynamo.maybe_mark_dynamic(t, dim)
 

@@ -455,6 +455,13 @@ class FoldedBias:
             # built here, once per stack, outside any layer's activation checkpoint
             self._flex_dense = rel.dense().float()
 
+    def varying_tensors(self) -> list:
+        """The tensors held here whose sizes follow the batch and the lengths: what
+        ``model.compile_scope=layers`` marks dynamic with a layer call's own tensor arguments (left to
+        torch's automatic dynamic shapes, the key padding mask's batch size made one more graph of the
+        encoder layer at the first new batch size)."""
+        return [t for t in (self.key_padding_mask, self.dense) if torch.is_tensor(t)]
+
     def triton_inputs(self):
         """The `triton_rpe_attention.SharedInputs` of this stack's layers (padding counts and bias
         rows built by the first layer's call, reused by the others); None under torch.compile, where

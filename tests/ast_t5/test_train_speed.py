@@ -319,11 +319,13 @@ def test_checkpointed_compiled_model_with_flex_on_gpu_is_one_graph_and_matches_e
 
 @pytest.mark.cuda
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (inductor's CUDA kernels, bf16 autocast)")
-@pytest.mark.parametrize("scope,checkpointing", [("model", False), ("layers", False), ("layers", True)])
-def test_compiled_model_on_gpu_matches_eager_in_its_graphs(scope, checkpointing):
+@pytest.mark.parametrize("scope,checkpointing,backend", [("model", False, "sdpa"), ("layers", False, "sdpa"),
+                                                        ("layers", True, "sdpa"), ("layers", False, "triton")])
+def test_compiled_model_on_gpu_matches_eager_in_its_graphs(scope, checkpointing, backend):
     """model.compile as the recipes run it on sm90 (inductor, bf16 autocast, SDPA: `auto`'s choice), with
     either compile_scope: loss and gradients as in eager, one graph for the whole forward or one per
-    layer class, none more for a new batch shape."""
+    layer class, none more for a new batch shape. And the triton backend as gpu_check's
+    bench_model_compiled times it (compile_scope layers): its kernels run inside the layers' graphs."""
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -338,7 +340,9 @@ def test_compiled_model_on_gpu_matches_eager_in_its_graphs(scope, checkpointing)
                   checkpoint_activations=checkpointing)
     # SDPA, auto's choice on sm90, named so that the graph count holds on other GPUs too (where auto
     # switches biased calls between sdpa and flex at 128 queries: one graph class more)
-    model = AstT5Model.from_dictionary(d, compile=True, compile_scope=scope, attention_backend="sdpa",
+    if backend == "triton":
+        pytest.importorskip("triton", reason="the triton backend needs Triton")
+    model = AstT5Model.from_dictionary(d, compile=True, compile_scope=scope, attention_backend=backend,
                                        **kwargs).cuda().train()
     reference = AstT5Model.from_dictionary(d, attention_backend="sdpa", **kwargs).cuda().train()
     reference.load_state_dict(model.state_dict())
@@ -359,6 +363,16 @@ def test_compiled_model_on_gpu_matches_eager_in_its_graphs(scope, checkpointing)
             assert torch.isfinite(p.grad).all(), name
             assert (p.grad - r.grad).abs().max() <= 5e-2 * r.grad.abs().max() + 1e-3, name
         assert _compiled_graph_count() - before == (1 if scope == "model" else 2)  # the second shape: none new
+    if backend == "triton":  # the fast path ran, compiled: our kernels on the GPU in a compiled step
+        from torch.profiler import ProfilerActivity, profile
+
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            with torch.autocast("cuda", dtype=torch.bfloat16):
+                model(src, None, prev)[0].float().logsumexp(-1).mean().backward()
+            torch.cuda.synchronize()
+        names = " ".join(e.key for e in prof.key_averages())
+        assert "_fwd_kernel" in names and "_bwd_dq_kernel" in names, names
+        assert _compiled_graph_count() - before == 2
 
 
 def test_recompile_limit_is_raised_but_never_lowered():

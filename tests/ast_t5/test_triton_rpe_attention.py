@@ -1002,14 +1002,16 @@ def test_a_model_on_the_triton_backend_traces_as_one_graph(checkpointed, mask, m
 
 
 @cpu_only
-def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes_and_lengths(monkeypatch):
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes_and_lengths(monkeypatch, scope):
     """model.compile with model.compile_dynamic (the default): the first graph already has the batch
     and the lengths symbolic, and the triton backend's host code (bias rows, padding counts, grids,
     `SharedInputs`) specializes none of them, so batches of other sizes and length buckets, source
     and target, compile nothing more. (torch's automatic dynamic shapes made 3 graphs of this mix: a
     static one, then one per dimension that changed later; a size the host code turned into a Python
     int would add a graph per bucket, until the recompile limit sends training to eager mode.)
-    Kernels replaced by no-ops, as above."""
+    Kernels replaced by no-ops, as above. With compile_scope=layers (gpu_check's bench_model_compiled):
+    one graph per layer class, encoder and decoder, and none more."""
     from fairseq.data import Dictionary
     from torch._dynamo import register_backend
 
@@ -1030,7 +1032,7 @@ def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes
         d.add_symbol(f"tok{i}")
     torch.manual_seed(0)
     model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0,
-                                       attention_backend="triton", compile=True,
+                                       attention_backend="triton", compile=True, compile_scope=scope,
                                        compile_backend="ast_t5_test_triton_graphs").train()
     del graphs[:]
     g = torch.Generator().manual_seed(0)
@@ -1039,7 +1041,9 @@ def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes
         src[0, -5:] = d.pad()
         prev = torch.randint(4, len(d), (rows, tgt_len), generator=g)
         model(src, None, prev)[0].float().sum().backward()
-    assert len(graphs) == 1
+    assert len(graphs) == (1 if scope == "model" else 2)
+    code = "\n".join(module.code for g in graphs for module in g.modules() if hasattr(module, "code"))
+    assert code.count("autograd_function_apply") >= (4 if scope == "model" else 2)  # the kernels' calls traced
     torch._dynamo.reset()
 
 

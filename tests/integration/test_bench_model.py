@@ -13,12 +13,12 @@ pytest.importorskip("transformers")
 SIZES = dict(embed_dim=64, ffn_dim=128, num_heads=4, head_dim=16, encoder_layers=2, decoder_layers=2)
 
 
-def _compare(backends, dropouts=(0.0,), on_dropout=None, compile_backend=None):
+def _compare(backends, dropouts=(0.0,), on_dropout=None, compile_backend=None, hf=True, **options):
     bench_model = load_benchmark("bench_model")
     args = argparse.Namespace(gpu_steps=1, gpu_repeats=2, warmup=1, peak_tflops=0.0)
     return bench_model, bench_model.compare_backends(
         args, torch.device("cpu"), "t5_v11_tiny", bench_model.Shape(512, 4, 64, 16), list(dropouts),
-        list(backends), None, True, on_dropout=on_dropout, compile_backend=compile_backend, **SIZES)
+        list(backends), None, hf, on_dropout=on_dropout, compile_backend=compile_backend, **options, **SIZES)
 
 
 def test_backends_that_ran_auto_s_kernels_are_named_and_still_timed():
@@ -91,15 +91,42 @@ def test_the_comparison_runs_every_model_compiled_as_the_recipes_train():
     rows = out["by_dropout"]["dropout 0"]["rows"]
     assert set(rows) == {"ours[auto]", "ours[sdpa]", "hf"} and all(r["ms"] > 0 for r in rows.values())
     assert rows["ours[auto]"]["kernels"] == {"sdpa": 6} and rows["ours[sdpa]"]["same_kernels_as"] == "ours[auto]"
+    assert out["compile_scope"] == "model"
+
+
+def test_the_compiled_comparison_takes_the_compile_scope_and_can_leave_hugging_face_out(monkeypatch):
+    """gpu_check's bench_model_compiled: every one of our models compiled with compile_scope=layers
+    (a third of the compile time), Hugging Face neither compiled nor timed."""
+    from ast_t5.models import AstT5Model
+
+    built, compiled = [], []
+    real_build = AstT5Model.build.__func__
+    monkeypatch.setattr(AstT5Model, "build",
+                        classmethod(lambda cls, cfg, *a: built.append(cfg) or real_build(cls, cfg, *a)))
+    real_compile = torch.compile
+    monkeypatch.setattr(torch, "compile", lambda *a, **k: compiled.append(a[0] if a else None) or real_compile(*a, **k))
+    _, out = _compare(("sdpa",), compile_backend="aot_eager", hf=False, compile_scope="layers")
+    assert out["compiled"] == "aot_eager" and out["compile_scope"] == "layers"
+    rows = out["by_dropout"]["dropout 0"]["rows"]
+    assert set(rows) == {"ours[auto]", "ours[sdpa]"} and all(r["ms"] > 0 for r in rows.values())
+    assert rows["ours[auto]"]["kernels"] == {"sdpa": 6} and rows["ours[sdpa]"]["same_kernels_as"] == "ours[auto]"
+    assert "ours_auto_over_hf_speed" not in out["by_dropout"]["dropout 0"]
+    ours = [cfg for cfg in built if cfg.compile]
+    assert len(ours) == 2 and all(cfg.compile_scope == "layers" and cfg.compile_backend == "aot_eager" for cfg in ours)
+    # our two models compiled their layer calls (the layers scope), nothing else was compiled
+    assert [getattr(f, "__name__", None) for f in compiled] == ["_call_layer", "_call_layer"]
 
 
 def test_gpu_only_options_without_cuda_are_a_usage_error():
     bench_model = load_benchmark("bench_model")
-    for argv in (["--json", "x.json"], ["--gpu-compile"]):
+    for argv in (["--json", "x.json"], ["--gpu-compile"], ["--gpu-no-hf"],
+                 ["--device", "cuda", "--gpu-compile-scope", "layers"]):
         with pytest.raises(SystemExit) as exc:
             bench_model.parse_args(argv)
         assert exc.value.code == 2
     assert bench_model.parse_args(["--device", "cuda", "--json", "x.json"]).json == "x.json"
+    args = bench_model.parse_args(["--device", "cuda", "--gpu-compile", "--gpu-compile-scope", "layers", "--gpu-no-hf"])
+    assert (args.gpu_compile, args.gpu_compile_scope, args.gpu_no_hf) == (True, "layers", True)
 
 
 def test_the_triton_structure_models_run_the_triton_backend_with_their_structure_switched(monkeypatch):

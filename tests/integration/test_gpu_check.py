@@ -41,10 +41,13 @@ def test_usage_errors_exit_2_before_any_work(tmp_path):
 def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="attention", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and steps == [(name, "planned") for name in (
-        "build", "bench_attention", "bench_model", "attention_profile", "triton_tiles", "attention_tests",
-        "bench_attention_lengths")]
+        "build", "bench_attention", "bench_model", "bench_model_compiled", "attention_profile", "triton_tiles",
+        "attention_tests", "bench_attention_lengths")]
     # the attention tables time each row in a CUDA graph too (graph ms beside ms); the tile sweep does not
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
+    # the compiled step: auto against triton at the layers scope, its own JSON, Hugging Face left out
+    assert ("--gpu-compile --gpu-compile-scope layers --gpu-backends triton --gpu-dropouts 0 --gpu-no-hf "
+            in commands["bench_model_compiled"] and "/model_compiled.json" in commands["bench_model_compiled"])
     assert " --graph " in commands["bench_attention"] and " --graph " in commands["bench_attention_lengths"]
     assert "--graph" not in commands["triton_tiles"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=10000)
@@ -58,7 +61,7 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and [name for name, _ in steps] == ["build", "bench_model", "recipe", "bench_train"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the attention one first
-    assert len(steps) == 14 and steps[0][0] == "build" and steps[1][0] == "bench_attention"
+    assert len(steps) == 15 and steps[0][0] == "build" and steps[1][0] == "bench_attention"
     assert steps[-1][0] == "norm_ffn"
 
 
