@@ -37,8 +37,9 @@ stack's biased attention runs on ``sdpa`` up to 128 queries and on ``flex`` beyo
 limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures). On sm90 ``auto`` sends every
 call to ``sdpa`` whatever its length: one class. With ``compile_scope=layers`` each layer class has
 its own length classes (the encoder layer's source, the decoder layer's target): at most 2 + 2
-graphs, each of one layer (and 2 + 2 static ones first with ``compile_dynamic=false``; a flex or
-triton bias object's tensors may add one dynamic graph per layer class at the first new length).
+graphs, each of one layer (and 2 + 2 static ones first with ``compile_dynamic=false``; flex's block
+mask, left to torch's automatic dynamic shapes, may add one graph per layer class at the first new
+shape).
 """
 import logging
 import time
@@ -96,6 +97,9 @@ class AstT5Model(FairseqEncoderDecoderModel):
             with torch.no_grad():
                 self._eager_forward(src, src_lengths, prev, **kwargs)
             ensure_recompile_limit(MIN_RECOMPILE_LIMIT)
+            logger.info("torch.compile (backend %s, compile_scope %s): compiling the training forward and "
+                        "backward in this update (T5-base: minutes on a first run; the time is logged when "
+                        "done)", self.cfg.compile_backend, self.cfg.compile_scope)
             if self.layerwise_compile:
                 self._compiled_forward = torch.compile(_call_layer, backend=self.cfg.compile_backend)
             else:

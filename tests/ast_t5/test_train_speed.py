@@ -3,6 +3,7 @@ fp32 master weights, model.compile (bucketed lengths, no recompilation per batch
 eager, with activation checkpointing and incremental decoding), the criterion's host-sync-free
 logging and its fused cross-entropy switch, and bench_train.py's CPU mode."""
 import json
+import logging
 import math
 import os
 import sys
@@ -95,11 +96,11 @@ def test_compiled_training_matches_eager_without_recompiling_per_batch(task_dir,
 
 @pytest.mark.parametrize("scope", ["model", "layers"])
 @pytest.mark.parametrize("dynamic", [True, False])
-def test_the_first_compiled_graph_is_already_dynamic_in_batch_and_lengths(dynamic, scope):
+def test_the_first_compiled_graph_is_already_dynamic_in_batch_and_lengths(dynamic, scope, caplog):
     """model.compile_dynamic (default): batches of other sizes and length buckets reuse the first
     graph; false: torch compiles the first graph for the first batch's exact shape, and again, with
     dynamic shapes, at the first change. With compile_scope=layers, so for each of the two layer
-    classes (encoder, decoder)."""
+    classes (encoder, decoder). The wait of the first update is announced before it, once."""
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -114,12 +115,16 @@ def test_the_first_compiled_graph_is_already_dynamic_in_batch_and_lengths(dynami
                                        compile_backend="aot_eager", compile_dynamic=dynamic,
                                        compile_scope=scope).train()
     before = _compiled_graph_count()
-    for rows, src_len, tgt_len in [(4, 40, 10), (6, 100, 30), (3, 70, 20), (6, 40, 10)]:
-        src = torch.randint(4, len(d), (rows, src_len))
-        src[0, -5:] = d.pad()
-        prev = torch.randint(4, len(d), (rows, tgt_len))
-        model(src, torch.full((rows,), src_len), prev)[0].float().mean().backward()
+    with caplog.at_level(logging.INFO, logger="ast_t5.models.ast_t5_model"):
+        for rows, src_len, tgt_len in [(4, 40, 10), (6, 100, 30), (3, 70, 20), (6, 40, 10)]:
+            src = torch.randint(4, len(d), (rows, src_len))
+            src[0, -5:] = d.pad()
+            prev = torch.randint(4, len(d), (rows, tgt_len))
+            model(src, torch.full((rows,), src_len), prev)[0].float().mean().backward()
     assert _compiled_graph_count() - before == (1 if dynamic else 2) * (1 if scope == "model" else 2)
+    announced = [r.getMessage() for r in caplog.records if "compiling the training forward" in r.getMessage()]
+    assert announced == [f"torch.compile (backend aot_eager, compile_scope {scope}): compiling the training forward "
+                         "and backward in this update (T5-base: minutes on a first run; the time is logged when done)"]
     # the last forwards compiled nothing: the inputs are no longer marked (host time per step)
     assert model._mark_inputs is False
 
