@@ -33,7 +33,10 @@ step), data (making and collating a batch with the real masking code on one core
 the device), and the rest of ``Trainer.train_step`` (fairseq's bookkeeping, host syncs, log
 reduction), each timed with device synchronization around it, beside its floor (FLOPs at the
 measured matrix-multiply rate; optimizer bytes at the measured copy bandwidth). On CUDA it also
-lists every host synchronization in one update (``torch.cuda.set_sync_debug_mode``) by call site.
+lists every host synchronization in one update (``torch.cuda.set_sync_debug_mode``) by call site,
+and the GPU time of one profiled update by aten op and by kind of kernel (matrix products,
+attention, inductor's fused kernels, copies, optimizer...: `KERNEL_KINDS`), with the GPU's busy
+share of the update's span.
 """
 import argparse
 import contextlib
@@ -327,25 +330,85 @@ def profile_update(args, trainer, batches, device):
               "data_copy": 3 * 8 * sample["net_input"]["src_tokens"].numel() / bandwidth,
               "data_make": 0.0, "trainer_rest": 0.0, "train_step": 3 * fwd_flops / flop_rate}
     syncs = sync_sites(trainer, sample) if device.type == "cuda" else None
-    ops = op_shares(trainer, sample) if device.type == "cuda" else None
+    ops, kinds = op_shares(trainer, sample) if device.type == "cuda" else (None, None)
     return {"seconds": seconds, "floors": floors, "matmul_flops_per_s": flop_rate,
-            "copy_bytes_per_s": bandwidth, "params": n_params, "host_syncs": syncs, "gpu_op_shares": ops}
+            "copy_bytes_per_s": bandwidth, "params": n_params, "host_syncs": syncs, "gpu_op_shares": ops,
+            "gpu_kernel_kinds": kinds}
 
 
 def op_shares(trainer, sample, top: int = 12):
-    """Share of the GPU time of one train_step per aten op (torch.profiler), the top ones and copy_."""
+    """One profiled train_step (torch.profiler): the share of the GPU time per aten op (the top ones
+    and copy_; under model.compile inductor's kernels belong to no aten op, so these cover only the
+    rest) and, per kind of GPU kernel, `kernel_kinds` of every kernel the step ran."""
+    from torch.autograd import DeviceType
     from torch.profiler import ProfilerActivity, profile
 
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
         trainer.train_step([sample])
         torch.cuda.synchronize()
-    device_time = lambda e: getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
+    def device_time(e):
+        return getattr(e, "self_device_time_total", None) or getattr(e, "self_cuda_time_total", 0)
     ops = [(e.key, device_time(e)) for e in prof.key_averages() if e.key.startswith("aten::")]
     total = sum(t for _, t in ops) or 1
     shares = {k: t / total for k, t in sorted(ops, key=lambda x: -x[1])[:top]}
     shares["aten::copy_ (all)"] = sum(t for k, t in ops if k == "aten::copy_") / total
-    return shares
+    return shares, kernel_kinds(device_events(prof, DeviceType.CUDA))
+
+
+def device_events(prof, device_type) -> list:
+    """(name, start us, duration us) of every event a finished torch.profiler ``prof`` recorded on
+    ``device_type`` (torch.autograd.DeviceType.CUDA: the kernels, copies and fills the GPU ran)."""
+    return [(e.name, e.time_range.start, e.time_range.elapsed_us()) for e in prof.events()
+            if e.device_type == device_type]
+
+
+# Kinds of GPU kernels by name, the first match winning: (kind, substrings of the lower-cased name).
+# Inductor names its kernels triton_{poi,red,per}_fused_<ops> (pointwise, reduction, persistent
+# reduction) and triton_tem_fused_<ops> for templates (matrix products; flex_attention); ours are
+# the triton backend's (_fwd_kernel, _bwd_dkdv_kernel, _bwd_dq_kernel, _dropout_bits_kernel) and
+# fused_ops' softmax_dropout; liger-kernel's carry their op's name.
+KERNEL_KINDS = (
+    ("attention", ("flash", "fmha", "attention", "attn", "_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel",
+                   "_dropout_bits_kernel", "softmax_dropout", "cudnn_generated_fort_native_sdpa")),
+    ("matrix products", ("gemm", "xmma", "cutlass", "cublas", "wgmma", "triton_tem_fused_mm",
+                         "triton_tem_fused_addmm", "triton_tem_fused_bmm", "matmul", "splitk", "nvjet")),
+    ("loss (cross-entropy)", ("cross_entropy", "log_softmax", "nll_loss")),
+    ("optimizer", ("multi_tensor_apply", "foreach", "adam", "fused_sgd")),
+    ("communication", ("nccl",)),
+    ("inductor fused (pointwise, reductions)", ("triton_poi_", "triton_red_", "triton_per_", "triton_")),
+    ("copies and fills", ("memcpy", "memset", "copy", "cat_", "catarray", "fill")),
+    ("eager pointwise and reductions", ("elementwise", "reduce", "vectorized", "unrolled", "norm", "softmax")),
+)
+
+
+def kernel_kind(name: str) -> str:
+    """The `KERNEL_KINDS` kind of a GPU kernel's name, or "other"."""
+    low = name.lower()
+    return next((kind for kind, parts in KERNEL_KINDS if any(p in low for p in parts)), "other")
+
+
+def kernel_kinds(kernels, top_other: int = 5) -> dict:
+    """Per kind of GPU kernel (`kernel_kind`), its share of the GPU's busy time in one step, from
+    (name, start us, duration us) per kernel run; ``busy_of_span`` is that busy time over the span from
+    the first kernel's start to the last one's end (under the profiler's own host overhead, so a
+    lower bound of a host-bound step's busy share), and ``other`` names the largest unmatched kernels."""
+    busy, by_kind, other = 0.0, {}, {}
+    first, last = None, None
+    for name, start, duration in kernels:
+        busy += duration
+        kind = kernel_kind(name)
+        by_kind[kind] = by_kind.get(kind, 0.0) + duration
+        if kind == "other":
+            other[name] = other.get(name, 0.0) + duration
+        first = start if first is None else min(first, start)
+        last = start + duration if last is None else max(last, start + duration)
+    if not busy:
+        return {}
+    return {"shares": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
+            "busy_ms": busy / 1e3, "span_ms": (last - first) / 1e3, "busy_of_span": busy / (last - first),
+            "kernels": len(kernels),
+            "other": [n[:120] for n, _ in sorted(other.items(), key=lambda kv: -kv[1])[:top_other]]}
 
 
 def data_make_seconds(sample, repeats: int = 3) -> float:
@@ -440,6 +503,13 @@ def report_profile(args, out, profile):
     if profile.get("gpu_op_shares"):
         logger.info("GPU time by op in one update: %s", ", ".join(
             f"{k} {100 * v:.1f}%" for k, v in profile["gpu_op_shares"].items()))
+    kinds = profile.get("gpu_kernel_kinds")
+    if kinds:
+        logger.info("GPU time by kind of kernel in one update (%d kernels, %.1f ms busy in a %.1f ms span: %.0f%%): %s",
+                    kinds["kernels"], kinds["busy_ms"], kinds["span_ms"], 100 * kinds["busy_of_span"],
+                    ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds["shares"].items()))
+        if kinds["other"]:
+            logger.info("largest kernels of no known kind: %s", "; ".join(kinds["other"]))
     return out
 
 
@@ -473,7 +543,8 @@ def parse_args(argv=None):
     p.add_argument("--profile", action="store_true", help="time budget of one update of ours")
     p.add_argument("--peak-tflops", type=float, default=0.0, help="override the GPU's peak bf16 TFLOP/s")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads with --device cpu (0: torch's default; 1 keeps timings stable on a shared machine)")
+                   help="torch CPU threads with --device cpu (0: torch's default; 1 keeps timings stable on a "
+                        "shared machine)")
     p.add_argument("--json", default="", help="write every figure to this JSON file")
     p.add_argument("--override", action="append", default=[], help="extra Hydra override for ours (repeatable)")
     args = p.parse_args(argv)

@@ -22,7 +22,8 @@ Sections, each only when the call measured it:
 - model step (bench_model eager, bench_model_compiled compiled): every model's ms per dropout and
   `auto` against the best single backend (target <= +3%);
 - training (bench_recipe, bench_train): the recipe's MFU (target >= 40%) and OOM recoveries, and
-  the trainer against Hugging Face (target >= 1.5x tokens/s at no more peak memory);
+  the trainer against Hugging Face (target >= 1.5x tokens/s at no more peak memory), with where the
+  GPU time of one of our updates goes, per kind of kernel;
 - compile scope (bench_compile): the whole forward compiled as one graph against one graph per
   layer class (``model.compile_scope``), compile time and step time;
 - norm/ffn (bench_model --norm-ffn's log lines): liger's RMSNorm and gated GELU against eager;
@@ -197,6 +198,11 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
         if train.get("ratio_peak_memory") is not None:
             text += f", peak memory ours / HF {train['ratio_peak_memory']:.2f}x (target <= 1.0x)"
         lines.append(text)
+        kinds = (train.get("profile") or {}).get("gpu_kernel_kinds")
+        if isinstance(kinds, dict) and isinstance(kinds.get("shares"), dict):
+            shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds["shares"].items())
+            lines.append(f"bench_train GPU time by kind of kernel (GPU busy {100 * kinds.get('busy_of_span', 0):.0f}% "
+                         f"of the update's span): {shares}")
     return lines
 
 

@@ -492,6 +492,72 @@ def test_bench_train_cpu_mode(tmp_path, restored_logging):
     assert all(v >= 0 for v in budget.values())
 
 
+def test_bench_train_sorts_the_gpu_kernels_of_an_update_by_kind(caplog):
+    """--profile on CUDA: the share of the GPU's busy time per kind of kernel, from kernel names as
+    cuBLAS, FlashAttention, SDPA, inductor, our triton backend, liger and PyTorch's eager ops name
+    them; a kernel of no known kind is named, not hidden."""
+    kind = bench_train.kernel_kind
+    assert kind("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize128x128x64_warpgroupsize1x1x1") == "matrix products"
+    assert kind("nvjet_tst_128x256_64x4_1x2_h_bz_coopA_NTT") == "matrix products"
+    assert kind("triton_tem_fused_mm_4") == "matrix products"
+    for name in ("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits<64, 128>>",
+                 "fmha_cutlassB_bf16_aligned_64x64_k64_sm80", "_bwd_dq_kernel", "_fwd_kernel_0",
+                 "triton_tem_fused_flex_attention_0", "fused_ops::softmax_dropout_forward_kernel<bf16, 32, 32>"):
+        assert kind(name) == "attention", name
+    assert kind("_cross_entropy_kernel") == "loss (cross-entropy)"
+    assert kind("void at::native::(anonymous namespace)::multi_tensor_apply_kernel<FusedAdamMathFunctor>") \
+        == "optimizer"
+    assert kind("Memcpy HtoD (Pageable -> Device)") == kind("Memset (Device)") == "copies and fills"
+    assert kind("triton_red_fused__to_copy_add_mean_mul_pow_rsqrt_3") == "inductor fused (pointwise, reductions)"
+    assert kind("void at::native::unrolled_elementwise_kernel<direct_copy_kernel_cuda>") == "copies and fills"
+    assert kind("triton_poi_fused_add_mul_7") == "inductor fused (pointwise, reductions)"
+    assert kind("triton_per_fused_add_pow_sum_12") == "inductor fused (pointwise, reductions)"
+    assert kind("void at::native::vectorized_elementwise_kernel<4, at::native::AddFunctor<float>>") \
+        == "eager pointwise and reductions"
+    assert kind("ncclDevKernel_AllReduce_Sum_bf16_RING_LL") == "communication"
+    assert kind("my_custom_kernel") == "other"
+
+    kernels = [("sm90_xmma_gemm_a", 0.0, 600.0), ("_fwd_kernel", 700.0, 200.0),
+               ("triton_poi_fused_add_1", 950.0, 100.0), ("my_custom_kernel", 1100.0, 100.0)]
+    kinds = bench_train.kernel_kinds(kernels)
+    assert kinds["shares"] == {"matrix products": 0.6, "attention": 0.2, "inductor fused (pointwise, reductions)": 0.1,
+                               "other": 0.1}
+    assert list(kinds["shares"]) == ["matrix products", "attention", "inductor fused (pointwise, reductions)",
+                                     "other"]
+    assert kinds["busy_ms"] == 1.0 and kinds["span_ms"] == 1.2 and kinds["kernels"] == 4
+    assert abs(kinds["busy_of_span"] - 1 / 1.2) < 1e-12 and kinds["other"] == ["my_custom_kernel"]
+    assert bench_train.kernel_kinds([]) == {}
+
+    # what a profile gives in this torch: (name, start, duration) of each event on a device type
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        torch.ones(64, 64).mm(torch.ones(64, 64))
+    events = bench_train.device_events(prof, DeviceType.CPU)
+    assert any("mm" in name for name, _, _ in events)
+    assert all(isinstance(start, float) and duration >= 0 for _, start, duration in events)
+    assert bench_train.device_events(prof, DeviceType.CUDA) == []
+
+    # the log line of --profile
+    profile_figures = {"seconds": dict.fromkeys(("forward", "backward", "optimizer", "data_copy", "data_make",
+                                                 "trainer_rest", "train_step"), 0.001),
+                       "host_syncs": None, "matmul_flops_per_s": 1e12, "copy_bytes_per_s": 1e9,
+                       "gpu_kernel_kinds": kinds}
+    profile_figures["floors"] = dict(profile_figures["seconds"])
+    with caplog.at_level(logging.INFO, logger="bench_train"):
+        bench_train.report_profile(argparse_namespace(repeats=1), {}, profile_figures)
+    assert ("GPU time by kind of kernel in one update (4 kernels, 1.0 ms busy in a 1.2 ms span: 83%): matrix products "
+            "60.0%, attention 20.0%, inductor fused (pointwise, reductions) 10.0%, other 10.0%") in caplog.text
+    assert "largest kernels of no known kind: my_custom_kernel" in caplog.text
+
+
+def argparse_namespace(**values):
+    import argparse
+
+    return argparse.Namespace(**values)
+
+
 def test_bench_train_writes_its_comparison_before_the_profile(tmp_path, restored_logging, monkeypatch):
     """The profile runs last and may be cut by gpu_check's time limit: the JSON already holds the
     comparison with Hugging Face then (rewritten with the profile when it finishes)."""

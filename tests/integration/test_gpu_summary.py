@@ -42,7 +42,9 @@ FIGURES = {
     "recipe": {"summary": {"config": "base", "run_config": "single_gpu", "last_update": 200, "ups": 2.5,
                            "mfu": 31.2, "oom_recoveries": 0, "recompile_limit_hits": 0, "peak_gib": 70.5}},
     "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33}, "hf": {"tokens_per_s": 150000.0},
-              "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9},
+              "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9,
+              "profile": {"gpu_kernel_kinds": {"shares": {"matrix products": 0.55, "attention": 0.25, "other": 0.2},
+                                               "busy_of_span": 0.874}}},
     "optimizer": {"arch": "t5_v11_base", "parameters": 247.6e6, "steps": {"foreach": {"ms": 9.5}, "fused": {"ms": 3.1}},
                   "speedup_fused": 3.06, "floor_ms": 2.7},
     "host_overhead": {"config": "base", "full_width": False, "speedup_per_update": 1.25,
@@ -98,6 +100,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "OOM recoveries 0, recompile-limit hits 0, peak 70.500 GiB") in out
     assert ("bench_train: ours 300000 tokens/s, MFU 33.0%; HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: "
             "met), peak memory ours / HF 0.90x") in out
+    assert ("bench_train GPU time by kind of kernel (GPU busy 87% of the update's span): matrix products 55.0%, "
+            "attention 25.0%, other 20.0%") in out
     assert ("adamw_scale step (t5_v11_base, 248M fp32): foreach 9.500 ms, fused 3.100 ms (3.06x; the fused "
             "kernel is adamw_scale's default, fused=false to leave it), floor 2.700 ms") in out
     assert ("host time after clipping per update (base, narrow): fairseq 6.100 ms / 668 launching ops, ours "
