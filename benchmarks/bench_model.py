@@ -310,11 +310,14 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
                    "kernels": dict(kernels.get(name, ())), "same_kernels_as": same_as.get(name)}
             if device.type == "cuda":
                 row["step_peak_gib"] = step_peak_gib(steps[name])
+            if compile_backend and name != "hf":  # the first step's compile, as model.compile logs it
+                row["compile_s"] = models[name].compile_seconds
             rows[name] = row
-            logger.info("dropout %g %-13s %.1f ms/step, %.0f tokens/s, MFU %s%s; kernels: %s%s", p, name,
+            logger.info("dropout %g %-13s %.1f ms/step, %.0f tokens/s, MFU %s%s%s; kernels: %s%s", p, name,
                         row["ms"], row["tokens_per_s"],
                         "-" if row["mfu_percent"] is None else f"{row['mfu_percent']:.1f}%",
                         f", step peak {row['step_peak_gib']:.2f} GiB" if "step_peak_gib" in row else "",
+                        f", compiled in {row['compile_s']:.1f} s" if "compile_s" in row else "",
                         ", ".join(f"{k} x{v}" for k, v in kernels.get(name, ())) or "-",
                         f" (the same as {same_as[name]})" if same_as.get(name) else "")
         rows.update({name: {"error": why} for name, why in failed.items()})

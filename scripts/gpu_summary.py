@@ -171,6 +171,9 @@ def model_lines(payload: Dict) -> List[str]:
         failed = [name for name, r in rows.items() if "error" in r]
         if failed:
             text += "; failed: " + ", ".join(failed)
+        compiles = [f"{name} {r['compile_s']:.0f} s" for name, r in rows.items() if r.get("compile_s") is not None]
+        if compiles:
+            text += "; compile " + ", ".join(compiles)
         lines.append(text)
     return lines
 

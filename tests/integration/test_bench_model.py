@@ -110,6 +110,7 @@ def test_the_compiled_comparison_takes_the_compile_scope_and_can_leave_hugging_f
     rows = out["by_dropout"]["dropout 0"]["rows"]
     assert set(rows) == {"ours[auto]", "ours[sdpa]"} and all(r["ms"] > 0 for r in rows.values())
     assert rows["ours[auto]"]["kernels"] == {"sdpa": 6} and rows["ours[sdpa]"]["same_kernels_as"] == "ours[auto]"
+    assert all(rows[name]["compile_s"] > 0 for name in rows)  # each model's first-step compile, logged
     assert "ours_auto_over_hf_speed" not in out["by_dropout"]["dropout 0"]
     ours = [cfg for cfg in built if cfg.compile]
     assert len(ours) == 2 and all(cfg.compile_scope == "layers" and cfg.compile_backend == "aot_eager" for cfg in ours)

@@ -37,7 +37,7 @@ FIGURES = {
                  "ours[flex]": {"error": "OutOfResources: shared memory"}},
         "best_single": "ours[triton-fused]", "auto_vs_best": 0.08}}},
     "model_compiled": {"compiled": "inductor", "compile_scope": "layers", "by_dropout": {"dropout 0": {
-        "rows": {"ours[auto]": {"ms": 60.0}, "ours[triton]": {"ms": 54.0}},
+        "rows": {"ours[auto]": {"ms": 60.0, "compile_s": 41.2}, "ours[triton]": {"ms": 54.0, "compile_s": 58.7}},
         "best_single": "ours[triton]", "auto_vs_best": 60.0 / 54.0 - 1}}},
     "recipe": {"summary": {"config": "base", "run_config": "single_gpu", "last_update": 200, "ups": 2.5,
                            "mfu": 31.2, "oom_recoveries": 0, "recompile_limit_hits": 0, "peak_gib": 70.5}},
@@ -95,7 +95,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert ("model step dropout 0: ours[triton-fused] 75.0, ours[triton] 80.0, ours[auto] 81.0; auto vs best "
             "single (ours[triton-fused]): +8.0% (target <= +3%: not met); failed: ours[flex]") in out
     assert ("model step compiled (inductor, scope layers) dropout 0: ours[triton] 54.0, ours[auto] 60.0; auto vs "
-            "best single (ours[triton]): +11.1% (target <= +3%: not met)") in out
+            "best single (ours[triton]): +11.1% (target <= +3%: not met); compile ours[auto] 41 s, "
+            "ours[triton] 59 s") in out
     assert ("recipe base + single_gpu: 200 updates, 2.500 updates/s, MFU 31.2% (target >= 40%: not met), "
             "OOM recoveries 0, recompile-limit hits 0, peak 70.500 GiB") in out
     assert ("bench_train: ours 300000 tokens/s, MFU 33.0%; HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: "
