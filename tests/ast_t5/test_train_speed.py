@@ -2,6 +2,7 @@
 fp32 master weights, model.compile (bucketed lengths, no recompilation per batch, same losses as
 eager, with activation checkpointing and incremental decoding), the criterion's host-sync-free
 logging and its fused cross-entropy switch, and bench_train.py's CPU mode."""
+import argparse
 import json
 import logging
 import math
@@ -546,16 +547,10 @@ def test_bench_train_sorts_the_gpu_kernels_of_an_update_by_kind(caplog):
                        "gpu_kernel_kinds": kinds}
     profile_figures["floors"] = dict(profile_figures["seconds"])
     with caplog.at_level(logging.INFO, logger="bench_train"):
-        bench_train.report_profile(argparse_namespace(repeats=1), {}, profile_figures)
+        bench_train.report_profile(argparse.Namespace(repeats=1), {}, profile_figures)
     assert ("GPU time by kind of kernel in one update (4 kernels, 1.0 ms busy in a 1.2 ms span: 83%): matrix products "
             "60.0%, attention 20.0%, inductor fused (pointwise, reductions) 10.0%, other 10.0%") in caplog.text
     assert "largest kernels of no known kind: my_custom_kernel" in caplog.text
-
-
-def argparse_namespace(**values):
-    import argparse
-
-    return argparse.Namespace(**values)
 
 
 def test_bench_train_writes_its_comparison_before_the_profile(tmp_path, restored_logging, monkeypatch):
