@@ -174,6 +174,8 @@ def model_lines(payload: Dict) -> List[str]:
         compiles = [f"{name} {r['compile_s']:.0f} s" for name, r in rows.items() if r.get("compile_s") is not None]
         if compiles:
             text += "; compile " + ", ".join(compiles)
+        if payload.get("compiled") and result.get("auto_vs_best") is not None:
+            text += f" ({_compiled_verdict(result['auto_vs_best'], result.get('best_single'))})"
         lines.append(text)
     return lines
 
@@ -248,6 +250,16 @@ def compile_lines(payload: Optional[Dict]) -> List[str]:
 
 
 NOISE = 0.02  # ratios within 2% of 1 are read as a tie: the GPU hosts are shared
+
+
+def _compiled_verdict(auto_vs_best: float, best: str) -> str:
+    """What the compiled step says of `AUTO_TABLE`: a single backend faster than `auto` beyond the
+    noise is the evidence a row for compiled calls would need."""
+    if auto_vs_best > NOISE:
+        return f"{best} faster compiled: evidence for a compiled row of AUTO_TABLE"
+    if auto_vs_best < -NOISE:
+        return "auto faster compiled: no compiled row"
+    return "within 2%, a tie: no compiled row"
 
 
 def _liger_verdict(ratio: float) -> str:

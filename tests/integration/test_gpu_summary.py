@@ -96,7 +96,7 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "single (ours[triton-fused]): +8.0% (target <= +3%: not met); failed: ours[flex]") in out
     assert ("model step compiled (inductor, scope layers) dropout 0: ours[triton] 54.0, ours[auto] 60.0; auto vs "
             "best single (ours[triton]): +11.1% (target <= +3%: not met); compile ours[auto] 41 s, "
-            "ours[triton] 59 s") in out
+            "ours[triton] 59 s (ours[triton] faster compiled: evidence for a compiled row of AUTO_TABLE)") in out
     assert ("recipe base + single_gpu: 200 updates, 2.500 updates/s, MFU 31.2% (target >= 40%: not met), "
             "OOM recoveries 0, recompile-limit hits 0, peak 70.500 GiB") in out
     assert ("bench_train: ours 300000 tokens/s, MFU 33.0%; HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: "
@@ -126,6 +126,26 @@ def test_the_norm_ffn_line_reads_what_bench_model_writes():
     lines = summary.norm_ffn_lines([fmt % ("", 1.25), fmt % (" compiled", 0.8)])
     assert lines == ["norm/ffn speed-up liger / eager: 1.250x (liger faster: AUTO_USES_LIGER may turn on)",
                      "norm/ffn speed-up liger / eager compiled: 0.800x (eager faster: AUTO_USES_LIGER stays False)"]
+
+
+def test_the_compiled_step_reads_as_a_decision_about_auto_s_table():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("gpu_summary", SCRIPT)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    payload = {"compiled": "inductor", "compile_scope": "layers", "by_dropout": {"dropout 0": {
+        "rows": {"ours[auto]": {"ms": 50.0}, "ours[triton]": {"ms": 0.0}}, "best_single": "ours[triton]"}}}
+    verdicts = []
+    for triton_ms in (55.0, 50.5, 45.0):  # auto 10% faster, a tie, triton 11% faster
+        result = payload["by_dropout"]["dropout 0"]
+        result["rows"]["ours[triton]"]["ms"] = triton_ms
+        result["auto_vs_best"] = 50.0 / triton_ms - 1
+        verdicts.append(summary.model_lines(payload)[0].rsplit(" (", 1)[1])
+    assert verdicts == ["auto faster compiled: no compiled row)", "within 2%, a tie: no compiled row)",
+                        "ours[triton] faster compiled: evidence for a compiled row of AUTO_TABLE)"]
+    del payload["compiled"]  # the eager step: no verdict
+    assert "compiled row" not in summary.model_lines(payload)[0]
 
 
 def test_the_compile_scope_line_reads_what_bench_compile_writes(tmp_path, monkeypatch):
