@@ -29,16 +29,20 @@ gradient reaching the table, as in the model:
   distance in its backward (on CPU only under TRITON_INTERPRET=1: a correctness smoke run);
   ``--triton-blocks BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]] ...`` adds one row per tile
   configuration (``triton:...``), to tune `triton_rpe_attention.default_blocks` from one run (a
-  ``fused:`` prefix runs those tiles with the fused backward: a ``triton-fused:...`` row; ``far:``,
-  ``far-all:`` with `FAR_LOOPS`, and ``+`` joins them: ``fused+far:...``);
+  ``fused:`` prefix runs those tiles with the fused backward: a ``triton-fused:...`` row; ``one-loop:``,
+  ``far:``, ``far-all:`` with `FAR_LOOPS` none, backward, all, and ``+`` joins them: ``fused+far:...``);
 - triton-fused: the triton row with the fused backward (``triton_rpe_attention.BACKWARD = "fused"``:
   dQ added by the dK/dV kernel with atomic adds, 5 matrix products per tile instead of 7, and a
-  band kernel for the table gradient of the tiles crossing the band (-M, M));
-- triton-far, triton-far-all: the triton row with the dK/dV and dQ kernels (triton-far), and the
-  forward too (triton-far-all), walking their far tiles in a loop of their own, adding the clamped
-  bias as a scalar (``triton_rpe_attention.FAR_LOOPS`` = "backward", "all"); n/a at lengths where
-  the kernels keep one loop (`far_loops_pay`). A ``far:`` or ``far-all:`` prefix of
-  ``--triton-blocks`` does the same for those tiles (``fused+far:`` with the fused backward);
+  band kernel for the table gradient of the tiles crossing the band (-M, M)), with one loop per
+  kernel (``FAR_LOOPS`` = "none": with the far loops its dK/dV kernel spills);
+- triton-one-loop: the triton row with one loop per kernel over every tile (``FAR_LOOPS`` = "none",
+  the default until 2026-11-27), where the triton row's dK/dV and dQ kernels walk their far tiles
+  in a loop of their own, adding the clamped bias as a scalar (``FAR_LOOPS`` = "backward", the
+  default): what the far loops gain. (It was the triton row; the far loops were the triton-far row,
+  which still names them explicitly.) triton-far-all: the forward's far tiles too (``FAR_LOOPS`` =
+  "all"). The far rows are n/a at lengths where the kernels keep one loop (`far_loops_pay`). A
+  ``one-loop:``, ``far:`` or ``far-all:`` prefix of ``--triton-blocks`` does the same for those tiles
+  (``fused+far:`` with the fused backward);
 - triton-bits: the triton row with its dropout keep mask drawn once per call into one bit per element,
   which the forward, dK/dV and dQ kernels read (``triton_rpe_attention.DROPOUT_MASK`` = "bits") instead
   of each running Philox itself; n/a without dropout (the triton row's kernels);
@@ -104,8 +108,8 @@ from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
-            "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "triton-baseline", "auto", "flash-nobias",
-            "sdpa-nobias", "flex-nobias")
+            "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "triton-baseline",
+            "auto", "flash-nobias", "sdpa-nobias", "flex-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
 BASELINE = "triton-baseline"  # bias-free like NOBIAS (same reference), but no backend: never a winner
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
@@ -115,14 +119,18 @@ OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-
 # the triton backend's rows and the settings of triton_rpe_attention each runs with (BACKWARD, FAR_LOOPS,
 # DROPOUT_MASK; the rest at the module's defaults, as the triton row); a tile row is one of them (not
 # triton-frozen) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
-TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused"}, "triton-frozen": {},
+TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": "none"}, "triton-frozen": {},
+               "triton-one-loop": {"FAR_LOOPS": "none"},
+               "triton-fused-one-loop": {"BACKWARD": "fused", "FAR_LOOPS": "none"},
                "triton-far": {"FAR_LOOPS": "backward"}, "triton-far-all": {"FAR_LOOPS": "all"},
                "triton-fused-far": {"BACKWARD": "fused", "FAR_LOOPS": "backward"},
                "triton-fused-far-all": {"BACKWARD": "fused", "FAR_LOOPS": "all"},
                "triton-bits": {"DROPOUT_MASK": "bits"}}
 DROPOUT_ROWS = ("triton-bits",)  # rows that differ from the triton row only with dropout: n/a without
-TILE_PREFIXES = ("fused", "far", "far-all")  # --triton-blocks prefixes, joined by "+": fused+far:...
-DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "triton-far-all")
+TILE_PREFIXES = ("fused", "one-loop", "far", "far-all")  # --triton-blocks prefixes, joined by "+": fused+far:...
+LOOP_PREFIXES = ("one-loop", "far", "far-all")  # FAR_LOOPS none, backward, all: one of them at most
+# triton-far is the triton row's structure (FAR_LOOPS' default since 2026-11-27) named explicitly
+DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b not in ("triton-far", "triton-far-all"))
 # rows that leave out part of the work (the table gradient's reduction): compared, never a winner
 PARTIAL = ("sdpa-prebuilt", "triton-frozen")
 GRAPH_WARMUP = 3  # --graph: calls on a side stream before the capture (allocations, compilation, autotuning)
@@ -144,11 +152,12 @@ def parse_args(argv=None):
                    help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(DEFAULT_BACKENDS),
-                   help="default: all but triton-far-all (gpu_check's tile sweep times it, forward and backward apart)")
+                   help="default: all but triton-far (the triton row's structure, named) and triton-far-all "
+                        "(gpu_check's tile sweep times it, forward and backward apart)")
     p.add_argument("--triton-blocks", nargs="+", default=[],
                    metavar="[PREFIX:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
-                   help="extra `triton` rows with these tiles; PREFIX: fused (the fused backward), far or far-all "
-                        "(triton_rpe_attention.FAR_LOOPS backward or all), joined by + "
+                   help="extra `triton` rows with these tiles; PREFIX: fused (the fused backward), one-loop, far or "
+                        "far-all (triton_rpe_attention.FAR_LOOPS none, backward or all), joined by + "
                         "(forward BLOCK_M, BLOCK_N, backward BLOCK, "
                         "num_warps[, num_stages: default 3[, backward num_warps: default num_warps[, backward "
                         "STEP: default BLOCK[, backward num_stages: default num_stages]]]]), e.g. 128,64,64,8 "
@@ -187,11 +196,12 @@ def parse_args(argv=None):
         if getattr(args, name) is None:
             setattr(args, name, value)
     specs, args.triton_blocks = args.triton_blocks, []
-    for spec in specs:  # [prefix[+prefix]:]tiles: the row triton[-fused][-far|-far-all]:tiles
+    for spec in specs:  # [prefix[+prefix]:]tiles: the row triton[-fused][-one-loop|-far|-far-all]:tiles
         prefix, _, tiles = spec.rpartition(":")
         flags = set(prefix.split("+")) if prefix else set()
-        if not flags <= set(TILE_PREFIXES) or {"far", "far-all"} <= flags:
-            p.error(f"--triton-blocks {spec}: the prefixes are {', '.join(TILE_PREFIXES)} (one far kind), joined by +")
+        if not flags <= set(TILE_PREFIXES) or len(flags & set(LOOP_PREFIXES)) > 1:
+            p.error(f"--triton-blocks {spec}: the prefixes are {', '.join(TILE_PREFIXES)} (at most one of "
+                    f"{', '.join(LOOP_PREFIXES)}), joined by +")
         try:
             blocks = tuple(int(x) for x in tiles.split(","))
         except ValueError:

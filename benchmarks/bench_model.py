@@ -188,15 +188,17 @@ def peak_tflops(name: str, override: float) -> float:
 
 # what a user can pin; auto is compared with them. The triton backend's other structures, not auto's yet:
 # triton_rpe_attention's settings (BACKWARD, FAR_LOOPS, DROPOUT_MASK) during their own models' steps
-# (`with_structure`); those of DROPOUT_ONLY differ from the triton model only with dropout (left out without)
-TRITON_STRUCTURES = {"triton-fused": {"BACKWARD": "fused"}, "triton-far": {"FAR_LOOPS": "backward"},
-                     "triton-bits": {"DROPOUT_MASK": "bits"}}
+# (`with_structure`); those of DROPOUT_ONLY differ from the triton model only with dropout (left out without).
+# triton-one-loop: one loop per kernel (FAR_LOOPS "none", the default until 2026-11-27, when the far loops
+# of the backward became it: the triton model's; until then they were the triton-far model)
+TRITON_STRUCTURES = {"triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": "none"},
+                     "triton-one-loop": {"FAR_LOOPS": "none"}, "triton-bits": {"DROPOUT_MASK": "bits"}}
 DROPOUT_ONLY = ("triton-bits",)
 SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton", *TRITON_STRUCTURES)
 
 
 def with_structure(step, **settings):
-    """``step`` with these settings of triton_rpe_attention (BACKWARD="fused", FAR_LOOPS="backward",
+    """``step`` with these settings of triton_rpe_attention (BACKWARD="fused", FAR_LOOPS="none",
     DROPOUT_MASK="bits"...) while it runs."""
     from ast_t5.modules import triton_rpe_attention as tra
 

@@ -8,8 +8,10 @@ the (H, 32) bucket table's gradient included) under ``ncu`` with the sections th
 a kernel, one ncu run per condition in this order (those that do not fit ``--timeout`` are
 skipped): attention dropout 0; the fused backward (``triton-fused``: dK/dV adding dQ, then the
 band kernel); the bias-free flash call at the same shape (PyTorch's or the flash-attn package's
-FlashAttention kernels: what a tuned kernel's counters look like); dropout 0.1; the far loops in the
-backward (``triton-far``: triton_rpe_attention.FAR_LOOPS = "backward"). For each kernel it prints:
+FlashAttention kernels: what a tuned kernel's counters look like); dropout 0.1; one loop per kernel
+(``triton-one-loop``: triton_rpe_attention.FAR_LOOPS = "none", where the triton rows' dK/dV and dQ
+kernels walk their far tiles in a loop of their own, the default since 2026-11-27). For each kernel
+it prints:
 
 - ``us``: its duration under ncu (one launch, replayed once per counter pass with the caches
   flushed in between: a cold-cache time for the breakdown, not a speed figure);
@@ -60,7 +62,7 @@ SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats
 # the triton backend's three kernels and the flash kernels; PyTorch's small kernels around them are not profiled
 KERNEL_FILTER = "regex:_fwd_kernel|_bwd_dkdv_kernel|_bwd_dq_kernel|flash"
 # in order of need: one ncu run each, so that a run cut short keeps what came before
-CONDITIONS = (("triton", 0.0), ("triton-fused", 0.0), ("flash-nobias", 0.0), ("triton", 0.1), ("triton-far", 0.0))
+CONDITIONS = (("triton", 0.0), ("triton-fused", 0.0), ("flash-nobias", 0.0), ("triton", 0.1), ("triton-one-loop", 0.0))
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 TENSOR = re.compile(r"^sm__(?:pipe_tensor\w*_cycles_active|inst_executed_pipe_tensor\w*)"
                     r"\.avg\.pct_of_peak_sustained_active$")

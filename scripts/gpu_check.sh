@@ -225,8 +225,8 @@ fi
 # at the default tiles and with the 32-wide step. --split times each forward alone, so the
 # best forward and the best backward can be combined (BENCHMARKS.md, "Tiles"). First of all, the
 # default tiles with every kernel's far tiles in a loop of their own (far-all: triton_rpe_attention.FAR_LOOPS
-# = "all"): its fwd ms against the triton row's says whether the forward's far loop pays, its bwd ms
-# the backward's.
+# = "all"): its fwd ms against the triton row's (whose backward has its far loops, FAR_LOOPS' default since
+# 2026-11-27, and whose forward has one loop) says whether the forward's far loop pays.
 # Every candidate fits sm90's shared memory (tests/ast_t5/test_triton_rpe_attention.py checks it: a
 # 128 x 128 forward needs 240 KB, over the 227 KB a block may have, and would fail to launch).
 TRITON_TILES=${GPU_CHECK_TRITON_TILES:-far-all:64,64,64,4,2 128,64,128,8,3,8,64 128,32,128,8,3,8,64 64,64,128,4,2,8,64,3 128,32,64,8,3,4,64,2 64,64,64,4,2,4,32,2 fused:64,64,64,4,2 fused:64,64,64,4,2,4,32,2}

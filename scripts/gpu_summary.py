@@ -7,14 +7,15 @@ gpu_check.sh prints it at the end of every call, so the last lines of a call's o
 Sections, each only when the call measured it:
 
 - steps: exit status and seconds of each step (skipped and failed ones named);
-- attention at T = S = 1024 (bench_attention), per condition: the triton backend with the split
-  and the fused backward, with the far loops in the backward and in every kernel (``Nx``: the triton
-  row's ms over theirs), the frozen-table row (what the table gradient costs), SDPA on a prebuilt
-  bias (``x pre``) and the bias-free flash lower bound, against the attention issue's targets
-  (<= 1.0 ms without dropout, ``x pre`` >= 2 at dropout 0.1), and the triton kernels' own times;
-  the triton and flash rows' host ms (the host's time to issue the call) and graph ms (its GPU time
-  alone, replayed in a CUDA graph: ``--graph``) where measured, and per condition the triton row's
-  ms and graph ms against the 1.0 ms target (is a miss the kernels' or the host's);
+- attention at T = S = 1024 (bench_attention), per condition: the triton backend (the split
+  backward, its far tiles in loops of their own) against the fused backward, one loop per kernel,
+  and the far loops in every kernel (``Nx``: the triton row's ms over theirs), the frozen-table row
+  (what the table gradient costs), SDPA on a prebuilt bias (``x pre``) and the bias-free flash lower
+  bound, against the attention issue's targets (<= 1.0 ms without dropout, ``x pre`` >= 2 at dropout
+  0.1), and the triton kernels' own times; the triton and flash rows' host ms (the host's time to
+  issue the call) and graph ms (its GPU time alone, replayed in a CUDA graph: ``--graph``) where
+  measured, and per condition the triton row's ms and graph ms against the 1.0 ms target (is a miss
+  the kernels' or the host's);
 - kernels (profile_attention_kernels): what bounds each kernel, and its largest stalls;
 - tiles (the tile sweep): per condition the fastest row, the fastest forward (``fwd_ms``) and the
   fastest backward (ms - fwd_ms), to combine into `default_blocks`, and the far-all row's forward and
@@ -70,16 +71,17 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         def ms(name):
             return by.get(name, {}).get("ms")
         split, fused, frozen = ms("triton"), ms("triton-fused"), ms("triton-frozen")
-        far, far_all, bits = ms("triton-far"), ms("triton-far-all"), ms("triton-bits")
+        one_loop, far_all, bits = ms("triton-one-loop"), ms("triton-far-all"), ms("triton-bits")
         pre, flash = ms("sdpa-prebuilt"), ms("flash-nobias")
-        best = min((v for v in (split, fused, far, far_all, bits) if v is not None), default=None)
+        best = min((v for v in (split, fused, one_loop, far_all, bits) if v is not None), default=None)
 
         def versus(value):
             return "" if None in (split, value) else f" ({split / value:.2f}x)"
         triton_row, flash_row = by.get("triton", {}), by.get("flash-nobias", {})
         line = (f"  dropout {dropout:g} padded {'yes' if padded else 'no '}: triton {_ms(split)}"
                 f"{_host_graph(triton_row)}, fused {_ms(fused)}"
-                f"{versus(fused)}, far {_ms(far)}{versus(far)}, far-all {_ms(far_all)}{versus(far_all)}"
+                f"{versus(fused)}, one-loop {_ms(one_loop)}{versus(one_loop)}, far-all {_ms(far_all)}"
+                f"{versus(far_all)}"
                 + (f", bits {_ms(bits)}{versus(bits)}" if dropout > 0 else "")
                 + f", frozen {_ms(frozen)}"
                 f"{'' if None in (split, frozen) else f' (table gradient {100 * (split - frozen) / split:.0f}%)'}"
@@ -105,7 +107,7 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
             if flash is not None:
                 line += f"; baseline / flash {baseline / flash:.2f}x (Triton at these tiles against flash)"
             lines.append(line)
-        for name in ("triton", "triton-fused", "triton-far", "triton-baseline"):
+        for name in ("triton", "triton-fused", "triton-one-loop", "triton-baseline"):
             kernels = by.get(name, {}).get("kernels")
             if kernels:
                 lines.append(f"    {name} kernels: " + ", ".join(f"{k[:32]} {v:.3f}" for k, v in

@@ -130,8 +130,8 @@ measured (the GPU benchmark's --triton-blocks option).
 Masks cost only where needed: without key padding, a tile is masked only if it holds keys past
 S or (causal) crosses the diagonal; interior tiles skip the mask.
 
-Far loops (`FAR_LOOPS` = "backward" or "all", or AST_T5_TRITON_FAR_LOOPS; not measured on a GPU yet,
-so "none" by default). Most tiles of a long call lie wholly beyond the band (-M, M), where every
+Far loops (`FAR_LOOPS` = "backward", the default since 2026-11-27, "all" or "none"; or
+AST_T5_TRITON_FAR_LOOPS). Most tiles of a long call lie wholly beyond the band (-M, M), where every
 distance clamps to the same bias: at 64 x 64 tiles and M = 128, 11 of a row's 16 key tiles at
 T = 1024, 27 of 32 at 2048. With FAR_LOOPS a kernel walks its other axis in two loops: the far
 tiles of both sides (`_far_spans`, `_far_walk`), then the band. The far loop adds each side's
@@ -149,11 +149,15 @@ so that the compiler knows every bound a multiple of the step: computed as eleme
 band loops recomputed every bias address. The cost: two pipelined loops hold more registers; in
 the forward, 161 instead of 128 at sm90's default tiles (3 programs per SM instead of 4; 2 instead
 of 3 with key padding), which is why "backward" (the dK/dV and dQ kernels) is a choice of its own.
+On the H200 (2026-11-26, B16 H12 T=S=1024 D64 bf16, fwd+bwd) "backward" took 1.575 ms against one
+loop's 1.934, 2.232 against 2.586 with dropout 0.1, and 1.13 against 1.34 ms of GPU time padded
+(a CUDA graph's replay), hence the default; "all" is not measured yet.
 
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
 that on hosts without CUDA. Speed (H200, 2026-11-26, BENCHMARKS.md): 1.93 ms fwd+bwd at B16 H12
-T=S=1024 D64 bf16 (SDPA with the bias 2.43), 2.51 padded (SDPA 2.38; 1.34 in a CUDA graph, where
+T=S=1024 D64 bf16 with one loop per kernel (1.575 with the far loops of today's default; SDPA
+with the bias 2.43), 2.51 padded (SDPA 2.38; 1.34 in a CUDA graph, where
 the host's time to issue the call is gone, against SDPA's 2.18) (`benchmarks/bench_attention.py
 --device cuda`); slower than ``sdpa`` in the T5-base step, so ``auto`` does not pick it
 (`attention_backends.AUTO_TABLE`).
@@ -1011,7 +1015,8 @@ def _capability(device: torch.device) -> int:
 #   whose distances all clamp, and a band kernel recomputes only the tiles crossing the band
 #   (-M, M) for the rest of the table gradient (2 products each). dQ's sums then run in a
 #   scheduling-dependent order (not bitwise deterministic, as FlashAttention's own dQ).
-# Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-fused row times it beside triton.
+# Measured slower than the split backward on the H200 (2026-11-26: 2.084 ms against 1.934 at T=S=1024,
+# dropout 0; `benchmarks/bench_attention.py`'s triton-fused row), so "split" stays the default.
 BACKWARDS = ("split", "fused")
 BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # FAR_LOOPS (FAR_LOOPS_CHOICES): which kernels walk their other axis in two loops instead of one: the
@@ -1020,14 +1025,19 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # shared memory (at 64 x 64 tiles and M = 128, 5 of a row's 16 key tiles cross the band at T = 1024, 5 of
 # 32 at 2048), and the dQ kernel's table gradient takes no branch per tile there. Each loop runs at least
 # one tile (`_far_walk`), so calls shorter than 2 (M + tile) keep one loop (`far_loops_pay`).
-# - "none" (the default): one loop everywhere;
-# - "backward": the dK/dV and dQ kernels (sm90 D 64, Triton 3.6, `compile_triton_rpe.py --far-loops`: dQ
+# - "none": one loop everywhere (the default until 2026-11-27);
+# - "backward" (the default): the dK/dV and dQ kernels (sm90 D 64, Triton 3.6, `compile_triton_rpe.py --far-loops`: dQ
 #   26.3 -> 13.2 instructions per element on far tiles, 25.2 on band tiles; dK/dV 17.0 -> 15.2 far, 17.0
 #   band; both kernels keep 2 programs per SM; BENCHMARKS.md, "Far loops"), but with the dropout bit mask
 #   the dK/dV kernel keeps one loop (`dkdv_far_loops`);
 # - "all": the forward too (16.5 -> 13.1 far, 14.8 band, but 159 registers instead of 128: 3 programs
 #   per SM instead of 4; padded, 16.1 far and 17.8 band against 17.3, 2 programs instead of 3).
-# Not measured on a GPU yet: `benchmarks/bench_attention.py`'s triton-far and triton-far-all rows.
+# Measured on the H200 (2026-11-26, B16 H12 T=S=1024 D64 bf16, fwd+bwd; `bench_attention.py`'s row
+# triton-far then, triton now, against the one-loop row, triton-one-loop now): "backward" 1.575 ms
+# against 1.934, 2.232 against 2.586 at dropout 0.1, padded 2.380 against 2.511 (GPU time in a CUDA
+# graph 1.13 against 1.34), hence the default. "all" (the forward's far loop) is not measured yet.
+# With the fused backward (`BACKWARD`), set "none" too: with the far loops its dK/dV kernel spilled
+# (BENCHMARKS.md, "Far loops"), and it was measured with one loop (bench_attention's triton-fused row).
 DROPOUT_MASKS = ("bits", "philox")
 # Where the attention kernels get the dropout keep mask: "bits", drawn once per call by `_dropout_bits_kernel`
 # into a bit per element (B H T S / 8 bytes, kept for the backward: 12.6 MB per layer at B32 H12 T=S=512) that
@@ -1045,7 +1055,7 @@ def forward_maxnreg(warps: int, dropout_bits: bool) -> Optional[int]:
     Eager calls only: under torch.compile the forward launches without it (`_TritonRPEAttention`)."""
     return BITS_FORWARD_MAXNREG if dropout_bits and warps == 4 else None
 FAR_LOOPS_CHOICES = ("none", "backward", "all")
-FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none")
+FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "backward")
 
 
 def dkdv_far_loops(far_loops: bool, dropout_bits: bool) -> bool:

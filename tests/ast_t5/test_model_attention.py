@@ -730,7 +730,7 @@ def test_attention_benchmark_graph_timing_warms_up_captures_once_and_names_a_fai
     monkeypatch.setattr(bench, "graph_ms", lambda fn, repeats: (None, "RuntimeError: always"))
     assert bench.graph_ms_retried(print, 3) == (None, "RuntimeError: always", None)
     # which rows --graph captures: ours and the rows they are read against, not the dense ones
-    assert all(bench.graphed(name) for name in ("triton", "triton-far", "triton-far-all:64x64x64x4x2",
+    assert all(bench.graphed(name) for name in ("triton", "triton-one-loop", "triton-far-all:64x64x64x4x2",
                                                 "flash-nobias", "sdpa", "sdpa-prebuilt"))
     assert not any(bench.graphed(name) for name in ("eager", "fused", "flex", "flex-distance"))
 

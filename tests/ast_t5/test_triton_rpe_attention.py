@@ -451,6 +451,14 @@ def test_with_the_dropout_bit_mask_the_dkdv_kernel_keeps_one_loop(monkeypatch):
     assert tra.dkdv_far_loops(True, False) and not tra.dkdv_far_loops(True, True)
 
 
+def test_the_far_loops_of_the_backward_are_the_default():
+    """`FAR_LOOPS` defaults to "backward" (the H200's figures of 2026-11-26: BENCHMARKS.md), unless
+    AST_T5_TRITON_FAR_LOOPS says otherwise."""
+    if "AST_T5_TRITON_FAR_LOOPS" in os.environ:
+        pytest.skip("AST_T5_TRITON_FAR_LOOPS is set in this environment")
+    assert tra.FAR_LOOPS == "backward"
+
+
 @cpu_only
 def test_far_loops_run_on_long_calls_only_and_equal_one_loop(monkeypatch):
     """`FAR_LOOPS` = "backward" reaches the dK/dV and dQ kernels, "all" the forward too, on a call longer
@@ -651,7 +659,7 @@ def test_the_fused_backward_runs_where_it_was_built_and_says_why_not_elsewhere(m
         assert "not sm80 at head size 64" in bench.available("triton-fused", cuda, 64)
         assert "not sm80" in bench.available("triton-fused:64x64x64x4x2", cuda, 64)
         assert bench.available("triton", cuda, 64) is None
-        # FAR_LOOPS rows: n/a where the kernels keep one loop (T <= 2 (M + tile)), run elsewhere
+        # rows that pin the far loops: n/a where the kernels keep one loop (T <= 2 (M + tile)), run elsewhere
         assert "keep one loop" in bench.available("triton-far", cuda, 64, 512)  # sm80's 128-row tiles: 512
         assert bench.available("triton-far", cuda, 64, 1024) is None
         capability["cc"] = 90  # 64 x 64 tiles: 2 (128 + 64) = 384 < 512
@@ -1100,8 +1108,9 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     far_launches = spy_launches(monkeypatch, "_bwd_dq_kernel", "FAR_LOOPS")
     bits_launches = spy_launches(monkeypatch, "_dropout_bits_kernel", "BLOCK")
     assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen", "triton-far", "triton-bits",
+                       "triton-one-loop",
                        "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "fused:16,16,32,4,3,2,16,2",
-                       "fused+far-all:16,16,16,4,3,2",
+                       "fused+far-all:16,16,16,4,3,2", "one-loop:16,16,16,4,3,2",
                        "--lengths", "24",
                        "--dropouts", "0", "0.1", "--padding", "padded", "--repeats", "1", "--warmup", "0",
                        "--split", "--kernel-times", "--graph", "--json", str(out)]) == 0
@@ -1113,8 +1122,9 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     assert skipped["ms"] is None and skipped["note"] == "= triton (no dropout)", skipped
     assert rows[("triton-bits", 0.1)]["ms"] > 0 and bits_launches
     assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton-far",
-                                          "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2",
-                                          "triton-fused:16x16x32x4x3x2x16x2", "triton-fused-far-all:16x16x16x4x3x2")
+                                          "triton-one-loop", "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2",
+                                          "triton-fused:16x16x32x4x3x2x16x2", "triton-fused-far-all:16x16x16x4x3x2",
+                                          "triton-one-loop:16x16x16x4x3x2")
                          for p in (0.0, 0.1)} | {("triton-bits", 0.1)}
     assert True in far_launches and False in far_launches  # the far rows' dQ kernels walked far loops
     for (backend, dropout), row in rows.items():
@@ -1139,6 +1149,14 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     assert launched == [False, True] and len(frozen) == 3 and full[3] is not None
     for got, want in zip(frozen, full):
         assert torch.equal(got, want)  # the same q, k, v gradients
+    # the triton row runs FAR_LOOPS' default (the far loops of the backward), the one-loop rows one loop, the
+    # fused row one loop too (as it was measured), whatever the module's setting
+    far = spy_launches(monkeypatch, "_bwd_dq_kernel", "FAR_LOOPS")
+    for name in ("triton", "triton-one-loop", "triton-one-loop:16x16x16x4x3x2", "triton-far", "triton-fused"):
+        bench.step_fn(name, *case, 0.0, True)()
+    assert far == [True, False, False, True, False]
+    with pytest.raises(SystemExit):  # one loop structure per tile row
+        bench.parse_args(["--triton-blocks", "one-loop+far:16,16,16,4,3,2"])
 
 
 @cpu_only

@@ -131,14 +131,15 @@ def test_gpu_only_options_without_cuda_are_a_usage_error():
 
 
 def test_the_triton_structure_models_run_the_triton_backend_with_their_structure_switched(monkeypatch):
-    """``triton-fused``, ``triton-far`` and ``triton-bits``: the triton backend with triton_rpe_attention.BACKWARD
-    = "fused", with FAR_LOOPS = "backward", and with DROPOUT_MASK = "bits" (with dropout only: without, its
-    kernels are the triton model's), during their own steps only (the other models keep the defaults),
-    compared with auto like any single backend."""
+    """``triton-fused``, ``triton-one-loop`` and ``triton-bits``: the triton backend with
+    triton_rpe_attention.BACKWARD = "fused" (one loop per kernel, as measured), with FAR_LOOPS = "none" (the
+    triton model runs the default, the far loops of the backward), and with DROPOUT_MASK = "bits" (with dropout
+    only: without, its kernels are the triton model's), during their own steps only (the other models keep
+    the defaults), compared with auto like any single backend."""
     tra = pytest.importorskip("ast_t5.modules.triton_rpe_attention")
     bench_model = load_benchmark("bench_model", "bench_model_fused")
-    assert {"triton-fused", "triton-far", "triton-bits"} <= set(bench_model.SINGLE_BACKENDS)
-    backends = ["sdpa", "triton-fused", "triton-far", "triton-bits"]
+    assert {"triton-fused", "triton-one-loop", "triton-bits"} <= set(bench_model.SINGLE_BACKENDS)
+    backends = ["sdpa", "triton", "triton-fused", "triton-one-loop", "triton-bits"]
     # the order compare_backends makes steps in, per dropout
     order = ["ours[auto]", *[f"ours[{b}]" for b in backends if b != "triton-bits"],
              "ours[auto]", *[f"ours[{b}]" for b in backends]]
@@ -164,15 +165,16 @@ def test_the_triton_structure_models_run_the_triton_backend_with_their_structure
                                        [0.0, 0.1], backends, None, False, **SIZES)  # hf=False
     assert made == order
     rows = out["by_dropout"]["dropout 0"]["rows"]
-    assert set(rows) == set(order[:4]) and all(rows[name]["ms"] > 0 for name in order[:4])
-    assert set(out["by_dropout"]["dropout 0.1"]["rows"]) == set(order[4:])
+    assert set(rows) == set(order[:5]) and all(rows[name]["ms"] > 0 for name in order[:5])
+    assert set(out["by_dropout"]["dropout 0.1"]["rows"]) == set(order[5:])
     by_model = {}
     for name, *settings in seen:
         by_model.setdefault(name, set()).add(tuple(settings))
     default = (tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK)
     assert by_model["ours[triton-fused]"] == {("fused", "none", default[2])}
-    assert by_model["ours[triton-far]"] == {("split", "backward", default[2])}
-    assert by_model["ours[triton-bits]"] == {("split", "none", "bits")}
+    assert by_model["ours[triton-one-loop]"] == {("split", "none", default[2])}
+    assert by_model["ours[triton-bits]"] == {("split", "backward", "bits")}
+    assert by_model["ours[triton]"] == {("split", "backward", default[2])}  # FAR_LOOPS' default
     assert by_model["ours[auto]"] == by_model["ours[sdpa]"] == {default}  # the module's defaults
 
 

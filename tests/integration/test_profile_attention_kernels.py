@@ -23,7 +23,7 @@ COLUMNS = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_e
            STALL.format("long_scoreboard"), STALL.format("wait"), STALL.format("barrier")]
 UNITS = ["nsecond", "%", "%", "%", "", "register/thread", "%", "%", "", "", ""]
 # (kernel name, duration ns, ..., stalls) per condition, in profile.CONDITIONS' order: triton p0, the fused
-# backward, flash, triton p0.1, the far loops
+# backward, flash, triton p0.1, one loop per kernel
 BY_CONDITION = [
     [("_fwd_kernel", "612,345", 40.5, 35.0, 30.1, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
      ("_bwd_dkdv_kernel", "900,000", 41.0, 36.0, 20.0, 7.0, 244, 25.0, 24.0, 0.3, 1.5, 3.0),
@@ -84,7 +84,7 @@ def test_the_counters_of_each_kernel_are_read_and_labelled_by_condition(long_for
         ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
         ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
         ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
-        ("triton-far p0", "forward"), ("triton-far p0", "dK/dV"), ("triton-far p0", "dQ")]
+        ("triton-one-loop p0", "forward"), ("triton-one-loop p0", "dK/dV"), ("triton-one-loop p0", "dQ")]
     fwd = profile.summarize(results[0])
     assert fwd["duration_us"] == pytest.approx(612.345)  # nanoseconds with a thousands separator
     assert (fwd["sm_throughput_pct"], fwd["issue_active_pct"], fwd["occupancy_pct"]) == (40.5, 35.0, 30.1)
@@ -187,7 +187,7 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
         ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
         ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
         ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
-        ("triton-far p0", "forward"), ("triton-far p0", "dK/dV"), ("triton-far p0", "dQ")]
+        ("triton-one-loop p0", "forward"), ("triton-one-loop p0", "dK/dV"), ("triton-one-loop p0", "dQ")]
     assert payload["errors"] == {}
     assert [h["source"] for h in payload["kernels"][0]["hot_instructions"]] == ["MUFU.EX2 R3, R3"]
     assert len(payload["all_metrics"]) == len(KERNELS)
@@ -226,7 +226,7 @@ def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monk
     payload = json.loads(out.read_text())
     assert list(payload["errors"]) == ["triton-fused p0"] and "ERR_NVGPUCTRPERM" in payload["errors"]["triton-fused p0"]
     assert {k["condition"] for k in payload["kernels"]} == {"triton p0", "flash-nobias p0", "triton p0.1",
-                                                          "triton-far p0"}
+                                                          "triton-one-loop p0"}
     assert "ERR_NVGPUCTRPERM" in capsys.readouterr().err
     # too few triton kernels in a report (a kernel that did not run as itself): exit 1, said so
     monkeypatch.delenv("FAKE_NCU_FAIL")
