@@ -20,6 +20,16 @@
 # the next one tried, so a short step at the end still gets the time a long one could not use.
 #                                                                           cap  min  log
 #   build            the fused_ops CUDA extension in place (about 20 s)      60   30  build.log
+#   recipe           bench_recipe.py --device cuda: fairseq-hydra-train
+#                    base + single_gpu, 200 updates on the default corpus
+#                    (MFU, memory, OOM recoveries, recompilations): about
+#                    20 s of corpus, 20 of start-up, a compile of T5-base
+#                    (136 s on the H200 on 2026-11-26), 200 updates of
+#                    ~131k tokens (0.3-0.6 s each at 25-40% MFU)            400  240  recipe.log
+#   bench_train      bench_train.py --device cuda --profile (trainer vs
+#                    HF, time budget, host syncs per update): two compiles
+#                    of T5-base, ours and HF's; its JSON holds ours alone
+#                    right after our warm-up, before HF's compile            400  200  bench_train.log
 #   bench_attention  bench_attention.py --device cuda at T = S = 1024 (the
 #                    issue's shape): every backend, dropout 0 and 0.1,
 #                    unpadded first (the targets' conditions), then padded;
@@ -45,11 +55,6 @@
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048
 #                    (--graph too)                                          150   60  attention.log
-#   recipe           bench_recipe.py --device cuda: fairseq-hydra-train
-#                    base + single_gpu, 200 updates on the default corpus
-#                    (MFU, memory, OOM recoveries, recompilations)          300  150  recipe.log
-#   bench_train      bench_train.py --device cuda --profile (trainer vs
-#                    HF, time budget, host syncs per update)                330  200  bench_train.log
 #   optimizer        bench_optimizer.py --device cuda: one adamw_scale
 #                    step over T5-base's fp32 masters, foreach vs fused      60   30  bench_train.log
 #   host_overhead    bench_host_overhead.py --device cuda: host time and
@@ -68,19 +73,21 @@
 # sweep); train = build recipe
 # bench_train optimizer host_overhead compile_scope other_tests norm_ffn (issue 11's, with the rest
 # of the suite); headline = build
-# bench_model recipe bench_train (the figures of the targets still owed: `auto` in the model step,
-# the recipe's MFU and OOM recoveries, the trainer against Hugging Face; the attention kernels at
-# 1024 were measured on 2026-11-26 and are in the attention group. Each compile of T5-base took
-# 136 s on the H200 that day, hence the recipe's and bench_train's caps; bench_train falls to a
-# resumed call); all (the default) = attention and train. A step runs at most once, in the order
-# above.
+# recipe bench_train bench_model (the figures of the targets still owed, issue 11's first: the
+# recipe's MFU and OOM recoveries, the trainer against Hugging Face, then `auto` in the model step,
+# which on sm90 runs sdpa's own kernels by construction; the attention kernels at 1024 were measured
+# on 2026-11-26 and are in the attention group. Each compile of T5-base took 136 s on the H200 that
+# day, hence the recipe's and bench_train's caps; at GPU_CHECK_BUDGET_S=560 the recipe leaves
+# bench_train about 230 s, enough for ours, and a resumed call the rest); all (the default) =
+# train and attention. A step runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
 # finished, as recorded in GPU_CHECK_STATE (default .gpu_check_state, git-ignored; a call without
 # RESUME starts it afresh), so the same command again spends the session's remaining device time on
 # what the first call's budget skipped. GPU_CHECK_DRY_RUN=1: print the plan (each step's command,
 # cap and minimum, what the budget would skip) without running anything.
 # Then OUTDIR/figures.json: every step's status and time, test counts, and the benchmarks' figures
-# (their JSON files are kept outside OUTDIR and embedded here), and last scripts/gpu_summary.py's
+# (their JSON files are kept outside OUTDIR, in GPU_CHECK_JSON_DIR (default .gpu_check_json,
+# git-ignored, emptied by a call without RESUME), and embedded here, an earlier call's too), and last scripts/gpu_summary.py's
 # reading of them (the targets, the decisions) on the output. At most 8 files are written to
 # OUTDIR. Exit status: 0 when every step passed (or passed in an earlier call), 1 otherwise, 2 on a
 # usage error.
@@ -97,10 +104,10 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths recipe bench_train optimizer host_overhead compile_scope other_tests norm_ffn"
+ALL_STEPS="build recipe bench_train bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths optimizer host_overhead compile_scope other_tests norm_ffn"
 ATTENTION_GROUP="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths"
 TRAIN_GROUP="build recipe bench_train optimizer host_overhead compile_scope other_tests norm_ffn"
-HEADLINE_GROUP="build bench_model recipe bench_train"
+HEADLINE_GROUP="build recipe bench_train bench_model"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
@@ -116,11 +123,17 @@ case $BUDGET in ''|*[!0-9]*) echo "gpu_check: GPU_CHECK_BUDGET_S must be a whole
 START=$(date +%s)
 ASSUMED=0  # a dry run's clock: the seconds the steps planned so far would take at their caps
 STATUS_FILE=$(mktemp)
-WORK=$(mktemp -d)  # the benchmarks' JSON files and the recipe's corpus (embedded in figures.json)
+WORK=$(mktemp -d)  # the recipe's corpus
 trap 'rm -rf "$STATUS_FILE" "$WORK"' EXIT
+# the benchmarks' JSON files, embedded in figures.json: kept beside the state file, so that a resumed
+# call's figures.json holds the figures of the steps an earlier call finished too
+JSON=${GPU_CHECK_JSON_DIR:-.gpu_check_json}
 # the steps an earlier call finished (GPU_CHECK_RESUME=1), else a fresh record
-if [ "$DRY" != 1 ]; then
-  if [ "${GPU_CHECK_RESUME:-0}" = 1 ]; then touch "$STATE"; else : > "$STATE"; fi
+if [ "$DRY" = 1 ]; then
+  JSON=$WORK  # a dry run writes no figures and leaves an earlier call's alone
+else
+  if [ "${GPU_CHECK_RESUME:-0}" = 1 ]; then touch "$STATE"; else : > "$STATE"; rm -rf "$JSON"; fi
+  mkdir -p "$JSON" || { echo "gpu_check: cannot create $JSON" >&2; exit 2; }
 fi
 
 # finished_earlier NAME: true when the state file records NAME as finished: any exit but a timeout
@@ -247,39 +260,39 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 
 #   NAME                     CAP MIN LOG
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
+run recipe                   400 240 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \
+  --work "$WORK" --log "$OUTDIR/recipe.log" --json "$JSON/recipe.json"
+run bench_train              400 200 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile \
+  --json "$JSON/train.json"
 run bench_attention          210  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
-  --kernel-times --graph --json "$WORK/attention.json"
+  --kernel-times --graph --json "$JSON/attention.json"
 run bench_model              180  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
-  --json "$WORK/model.json"
+  --json "$JSON/model.json"
 run bench_model_compiled     240 150 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --gpu-compile --gpu-compile-scope layers --gpu-backends triton --gpu-dropouts 0 --gpu-no-hf \
-  --json "$WORK/model_compiled.json"
+  --json "$JSON/model_compiled.json"
 run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
-  --json "$WORK/attention_profile.json"
+  --json "$JSON/attention_profile.json"
 # shellcheck disable=SC2086
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \
-  --json "$WORK/attention_tiles.json"
+  --json "$JSON/attention_tiles.json"
 # shellcheck disable=SC2086
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $parallel $ATTENTION_TESTS
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
-  --lengths 512 2048 --graph --json "$WORK/attention_lengths.json"
-run recipe                   300 150 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \
-  --work "$WORK" --log "$OUTDIR/recipe.log" --json "$WORK/recipe.json"
-run bench_train              330 200 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile \
-  --json "$WORK/train.json"
+  --lengths 512 2048 --graph --json "$JSON/attention_lengths.json"
 run optimizer                 60  30 bench_train.log "$PY" benchmarks/bench_optimizer.py --device cuda \
-  --json "$WORK/optimizer.json"
+  --json "$JSON/optimizer.json"
 run host_overhead             60  30 bench_train.log "$PY" benchmarks/bench_host_overhead.py --device cuda \
-  --json "$WORK/host_overhead.json"
+  --json "$JSON/host_overhead.json"
 run compile_scope            240 120 bench_train.log "$PY" benchmarks/bench_compile.py --device cuda --repeats 1 \
-  --variants model layers --json "$WORK/compile.json"
+  --variants model layers --json "$JSON/compile.json"
 # shellcheck disable=SC2086
 run other_tests              360 150 tests.log "$PY" -m pytest -q -rs $parallel tests $ignores
 run norm_ffn                  45  30 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --norm-ffn --gpu-steps 5 --repeats 5
 
-"$PY" - "$OUTDIR" "$STATUS_FILE" "$WORK" <<'PY'
+"$PY" - "$OUTDIR" "$STATUS_FILE" "$JSON" <<'PY'
 import json, os, re, sys, time
 out, status_file, work = sys.argv[1], sys.argv[2], sys.argv[3]
 figures = {"date": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), "steps": {}}
