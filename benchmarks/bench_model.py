@@ -63,8 +63,8 @@ def make_batch(shape: Shape, device, seed: int = 0):
     return src.to(device), prev.to(device), tgt.to(device)
 
 
-def build_pair(arch: str, shape: Shape, device, dtype, backend: str, dropout: float, **sizes):
-    """Our model and an HF model holding the same weights."""
+def build_pair(arch: str, shape: Shape, device, dtype, backend: str, dropout: float, hf: bool = True, **sizes):
+    """Our model and an HF model holding the same weights (None without ``hf``)."""
     from transformers import T5ForConditionalGeneration
 
     from ast_t5.models import AstT5Model
@@ -73,6 +73,8 @@ def build_pair(arch: str, shape: Shape, device, dtype, backend: str, dropout: fl
     ours = AstT5Model.from_dictionary(make_dictionary(shape.vocab), arch=arch, attention_backend=backend,
                                       dropout=dropout, attention_dropout=dropout,
                                       activation_dropout=dropout, **sizes)
+    if not hf:
+        return ours.to(device, dtype).train(), None
     hf = T5ForConditionalGeneration(hf_t5_config(ours.cfg, shape.vocab))
     hf.load_state_dict(ours_to_hf_state_dict(ours.state_dict()))
     return ours.to(device, dtype).train(), hf.to(device, dtype).train()
@@ -243,6 +245,7 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
     compile time of the whole forward; the same for every backend compared).
     """
     from ast_t5.models import AstT5Model
+    from ast_t5.models.ast_t5_model import MIN_RECOMPILE_LIMIT, ensure_recompile_limit
     from ast_t5.modules.triton_rpe_attention import KERNEL_ERRORS, fused_backward_unfit
 
     if "triton-fused" in backends:  # where the fused backward falls back, its model would time the split one
@@ -259,8 +262,10 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
         figures["compile_scope"] = compile_scope
     peak = peak_tflops(torch.cuda.get_device_name(), args.peak_tflops) if device.type == "cuda" else float("nan")
     for p in dropouts:
+        if compile_backend:  # each dropout's models compile afresh: the last one's graphs are gone with them
+            torch._dynamo.reset()
         with device:  # parameters made and initialized on the device: seconds less per T5-base model
-            base, hf_model = build_pair(arch, shape, device, torch.float32, "auto", p, **sizes)
+            base, hf_model = build_pair(arch, shape, device, torch.float32, "auto", p, hf=hf, **sizes)
             models = {}
             for b in ("auto", *backends):
                 if b in DROPOUT_ONLY and p == 0:
@@ -274,6 +279,11 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
                 models[f"ours[{b}]"] = m.to(device).train()
             if compile_backend and hf:
                 hf_model = torch.compile(hf_model, backend=compile_backend)
+            if compile_backend:
+                # every model of this dropout compiles the same functions (compile_scope layers: the
+                # module-level layer call, 2 graphs per model), whose graphs count against one recompile
+                # limit: past it, later models would run eagerly under a compiled row's name
+                ensure_recompile_limit(max(MIN_RECOMPILE_LIMIT, 4 * len(models) + 4))
         if flops is None:
             flops = model_flops_per_step(base, batch)
         del base
@@ -301,6 +311,14 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
                 continue
             same_as[name] = next((other for other in kernels if other != name and kernels[other] == kernels[name]
                                   and same_as.get(other) is None), None)
+        if compile_backend and on_dropout is not None:  # what the first steps (the compiles) gave, before timing
+            results[f"dropout {p:g}"] = {
+                "rows": {**{name: {"kernels": dict(kernels.get(name, ())),
+                                   **({} if name == "hf" else {"compile_s": models[name].compile_seconds})}
+                            for name in steps},
+                         **{name: {"error": why} for name, why in failed.items()}},
+                "partial": "compiled in the first steps, not timed yet"}
+            on_dropout(figures)
         median, raw = interleaved(steps, args.gpu_steps, args.gpu_repeats, args.warmup, device)
         singles = {n: median[n] for n in median if n.startswith("ours[") and n != "ours[auto]"}
         best = min(singles, key=singles.get) if singles else None
@@ -314,6 +332,11 @@ def compare_backends(args, device, arch: str, shape: Shape, dropouts, backends, 
                 row["step_peak_gib"] = step_peak_gib(steps[name])
             if compile_backend and name != "hf":  # the first step's compile, as model.compile logs it
                 row["compile_s"] = models[name].compile_seconds
+                if not row["compile_s"]:  # no graph of its own: another model's graphs fitted it (the same
+                    # code: the triton structures where the kernels fall back), or it ran eagerly
+                    row["compile_note"] = "no compile of its own in its first step"
+                    logger.warning("dropout %g %s: compiled no graph of its own in its first step (it ran "
+                                   "another model's graphs, or eagerly)", p, name)
             rows[name] = row
             logger.info("dropout %g %-13s %.1f ms/step, %.0f tokens/s, MFU %s%s%s; kernels: %s%s", p, name,
                         row["ms"], row["tokens_per_s"],

@@ -25,13 +25,17 @@ the compilations are reported beside it. The default corpus is small (about 60 u
 tokens per epoch), so epoch boundaries (new data-loader workers) fall inside some records too. Every OOM recovery fairseq logs is counted: the
 recipes' target is none.
 
-Prints one summary; ``--json`` writes every record and the summary (atomically). Exit status:
-0 when the run finished with no OOM recovery, 1 otherwise.
+Prints one summary; ``--json`` writes every record and the summary (atomically). The trainer's
+output goes to ``--log`` as it runs, so that a run killed from outside leaves what it logged. Exit
+status: 0 when the run finished with no OOM recovery, 124 when ``--timeout`` stopped it (what it
+logged until then is still read and written; timeout(1)'s status, so that ``scripts/gpu_check.sh``
+reruns it in a resumed call), 1 otherwise.
 """
 import argparse
 import json
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -83,8 +87,9 @@ def parse_args(argv=None):
     return args
 
 
-def default_corpus(work: str, vocab_size: int, workers: int) -> str:
-    """The default corpus preprocessed into ``work``/default_<vocab> (reused when complete)."""
+def default_corpus(work: str, vocab_size: int, workers: int, timeout: Optional[float] = None) -> str:
+    """The default corpus preprocessed into ``work``/default_<vocab> (reused when complete), within
+    ``timeout`` seconds (None: no limit)."""
     out = os.path.join(work, f"default_{vocab_size}")
     if os.path.exists(os.path.join(out, "manifest.json")):
         print(f"# corpus: {out} (already preprocessed)", flush=True)
@@ -92,7 +97,11 @@ def default_corpus(work: str, vocab_size: int, workers: int) -> str:
     t0 = time.perf_counter()
     cmd = [sys.executable, "-m", "ast_t5_preprocess", "run", "-o", out, "--vocab-size", str(vocab_size),
            "--workers", str(workers), "--no-progress", "--overwrite"]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise SystemExit(f"bench_recipe: preprocessing the default corpus took more than the {timeout:.0f} s "
+                         "--timeout left") from None
     if proc.returncode != 0:
         raise SystemExit(f"bench_recipe: preprocessing the default corpus failed:\n{proc.stderr[-3000:]}")
     print(f"# corpus: the default corpus preprocessed into {out} in {time.perf_counter() - t0:.0f} s", flush=True)
@@ -219,6 +228,29 @@ def format_summary(args, summary: Dict, seconds: float) -> str:
     return "\n".join(lines)
 
 
+def run_trainer(cmd: List[str], cwd: str, log: str, timeout: Optional[float]):
+    """(output, exit status or None when ``timeout`` stopped it): ``cmd`` run in its own process group
+    with stdout and stderr, in order, appended to ``log`` as they come (so that a run killed from outside
+    leaves its lines there); on the timeout the whole group is killed."""
+    env = dict(os.environ, PYTHONUNBUFFERED="1")
+    os.makedirs(os.path.dirname(os.path.abspath(log)), exist_ok=True)
+    with open(log, "ab") as f:
+        start = f.tell()
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            returncode = proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)  # DataLoader workers and compile workers with it
+            except ProcessLookupError:
+                pass
+            proc.wait()
+            returncode = None
+    with open(log, "rb") as f:
+        f.seek(start)
+        return f.read().decode(errors="replace"), returncode
+
+
 def write_json(path: str, payload: Dict) -> None:
     os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
     tmp = f"{path}.tmp{os.getpid()}"
@@ -238,33 +270,35 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_recipe_") as tmp:
         work = args.work or tmp
         os.makedirs(work, exist_ok=True)
-        data = args.data or default_corpus(work, args.vocab_size, args.workers)
+        data = args.data or default_corpus(work, args.vocab_size, args.workers,
+                                           max(1.0, args.timeout - (time.perf_counter() - started))
+                                           if args.timeout else None)
         cmd = train_command(args, data, os.path.join(work, "checkpoints"))
         print("# " + " ".join(cmd[1:]), flush=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
         t0 = time.perf_counter()
         left = max(1.0, args.timeout - (t0 - started)) if args.timeout else None
-        try:
-            proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True, timeout=left)
-            output, returncode = proc.stdout + proc.stderr, proc.returncode
-        except subprocess.TimeoutExpired as e:
-            output = (e.stdout or b"").decode(errors="replace") + (e.stderr or b"").decode(errors="replace")
+        output, returncode = run_trainer(cmd, work, args.log or os.path.join(work, "trainer.log"), left)
+        if returncode is None:
             output += f"\nbench_recipe: stopped at --timeout {args.timeout:g} s (the run had {left:.0f} s)\n"
-            returncode = None
+            if args.log:
+                with open(args.log, "a", encoding="utf-8") as f:
+                    f.write(output[output.rindex("\nbench_recipe: stopped"):])
         seconds = time.perf_counter() - t0
-    if args.log:
-        with open(args.log, "a", encoding="utf-8") as f:
-            f.write(output)
     records = parse_records(output)
     summary = summarize(records, count_ooms(output), gpu_total_gib() if args.device == "cuda" else None)
     summary["compiled_graphs"], summary["compile_seconds"] = compile_totals(output)
     summary["recompile_limit_hits"] = recompile_limit_hits(output)
     summary.update(exit=returncode, seconds=seconds, config=args.config, run_config=args.run_config,
-                   updates=args.updates, log_interval=args.log_interval, overrides=args.override)
+                   updates=args.updates, log_interval=args.log_interval, overrides=args.override,
+                   timed_out=returncode is None)
     print(format_summary(args, summary, seconds))
     if args.json:
         write_json(args.json, {"summary": summary, "records": records, "command": cmd[1:]})
         print(f"wrote {args.json}")
+    if returncode is None:
+        print(f"bench_recipe: stopped at --timeout {args.timeout:g} s after {summary['last_update']} of "
+              f"{args.updates} updates", file=sys.stderr)
+        return 124
     if returncode != 0:
         print(f"bench_recipe: the run failed (exit {returncode}); its last lines:\n" +
               "\n".join(output.splitlines()[-25:]), file=sys.stderr)

@@ -166,6 +166,8 @@ def model_lines(payload: Dict) -> List[str]:
         mode = f" compiled ({payload['compiled']}, scope {payload.get('compile_scope', 'model')})" \
             if payload.get("compiled") else ""
         text = f"model step{mode} {dropout}: " + ", ".join(f"{name} {ms:.1f}" for ms, name in timed)
+        if result.get("partial"):  # stopped before the timing (bench_model writes the compiles first)
+            text += f"({result['partial']})"
         if result.get("auto_vs_best") is not None:
             gap = 100 * result["auto_vs_best"]
             text += (f"; auto vs best single ({result.get('best_single')}): {gap:+.1f}% "
@@ -173,7 +175,8 @@ def model_lines(payload: Dict) -> List[str]:
         failed = [name for name, r in rows.items() if "error" in r]
         if failed:
             text += "; failed: " + ", ".join(failed)
-        compiles = [f"{name} {r['compile_s']:.0f} s" for name, r in rows.items() if r.get("compile_s") is not None]
+        compiles = [f"{name} {r['compile_s']:.0f} s{' (no graph of its own)' if r.get('compile_note') else ''}"
+                    for name, r in rows.items() if r.get("compile_s") is not None]
         if compiles:
             text += "; compile " + ", ".join(compiles)
         if payload.get("compiled") and result.get("auto_vs_best") is not None:
@@ -189,15 +192,25 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
     if isinstance(recipe, dict) and isinstance(recipe.get("summary"), dict):
         r = recipe["summary"]
         mfu = r.get("mfu")  # percent, as the training log writes it
+        done, planned = r.get("last_update") or 0, r.get("updates")
+        complete = planned is None or done >= planned
+        stopped = " (stopped at its timeout)" if r.get("timed_out") else ("" if complete else " (cut short)")
+        ooms = r.get("oom_recoveries")
+        # the recipes' target: no OOM recovery over the run's updates; a run cut short proves it only so far
+        oom_verdict = "not met" if ooms else ("met" if complete else f"none in {done}: unproven")
         lines.append(f"recipe {r.get('config')}{' + ' + r['run_config'] if r.get('run_config') else ''}: "
-                     f"{r.get('last_update')} updates, {_ms(r.get('ups'))} updates/s, MFU "
+                     f"{done}{'' if planned is None else f' of {planned}'} updates{stopped}, "
+                     f"{_ms(r.get('ups'))} updates/s (median of {r.get('steady_records', '?')} records), MFU "
                      f"{'n/a' if mfu is None else f'{mfu:.1f}%'} (target >= 40%: "
                      f"{'met' if mfu is not None and mfu >= 40 else 'not met'}), OOM recoveries "
-                     f"{r.get('oom_recoveries')}, recompile-limit hits {r.get('recompile_limit_hits')}, "
-                     f"peak {_ms(r.get('peak_gib'))} GiB")
+                     f"{ooms} (target none: {oom_verdict}), recompile-limit hits {r.get('recompile_limit_hits')}, "
+                     f"peak {_ms(r.get('peak_gib'))} GiB, compile {r.get('compiled_graphs', '?')} graphs "
+                     f"{r.get('compile_seconds', 0.0):.0f} s")
     if isinstance(train, dict) and isinstance(train.get("ours"), dict):
         ours, hf = train["ours"], train.get("hf") or {}
         text = f"bench_train: ours {ours.get('tokens_per_s', 0):.0f} tokens/s, MFU {100 * ours.get('mfu', 0):.1f}%"
+        if train.get("partial"):  # the run stopped before Hugging Face's figures: no ratio
+            text += f" ({train['partial']}; no comparison)"
         if train.get("ratio_tokens_per_s") is not None:
             ratio = train["ratio_tokens_per_s"]
             text += (f"; HF {hf.get('tokens_per_s', 0):.0f} tokens/s; ours / HF {ratio:.2f}x (target >= 1.5x: "

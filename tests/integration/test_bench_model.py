@@ -118,6 +118,40 @@ def test_the_compiled_comparison_takes_the_compile_scope_and_can_leave_hugging_f
     assert [getattr(f, "__name__", None) for f in compiled] == ["_call_layer", "_call_layer"]
 
 
+def test_every_compiled_model_compiles_its_own_graphs_however_many_are_compared(monkeypatch, caplog):
+    """--gpu-compile with the default backends: at compile_scope layers every model compiles the same
+    module-level layer call (2 graphs each), so 8 models per dropout over two dropouts went past torch's
+    recompile limit (16), after which later models ran eagerly under a compiled row's name, with no
+    compile time and twice the kernels. Each dropout now starts from a reset with a limit that fits its
+    models. (The triton structures' models run the triton model's code here, where its kernels fall back
+    to sdpa, so they may run its graphs: no compile of their own, noted in their rows. On a GPU the kernels'
+    settings are read in the traced code, and each gets its own.) The JSON also holds each dropout's
+    compiles before its timing (a time limit may cut it)."""
+    tra = pytest.importorskip("ast_t5.modules.triton_rpe_attention")
+    monkeypatch.setattr(tra, "unsupported_reason", lambda *args: "kernels not run by this test")
+    saved = []
+    backends = ("sdpa", "flash", "flex", "triton", "triton-fused", "triton-one-loop", "triton-bits")
+    _, out = _compare(backends, dropouts=(0.0, 0.1), compile_backend="aot_eager", hf=False, compile_scope="layers",
+                      on_dropout=lambda figures: saved.append(json.loads(json.dumps(figures))))
+    for dropout, result in out["by_dropout"].items():
+        rows = result["rows"]
+        assert len(rows) == (7 if dropout == "dropout 0" else 8), rows
+        for name, row in rows.items():
+            if name in ("ours[triton-fused]", "ours[triton-one-loop]", "ours[triton-bits]"):
+                assert bool(row["compile_s"]) != ("compile_note" in row), (dropout, name, row)
+            else:
+                assert row["compile_s"] > 0 and "compile_note" not in row, (dropout, name, row)
+            # the eager first forward's calls: 2 encoder, 2 x 2 decoder (flex runs the encoder's at dropout 0)
+            assert sum(row["kernels"].values()) == 6, (dropout, name, row)
+    assert "recompile_limit" not in caplog.text
+    # after each dropout's compiles, then after its timing
+    assert [(sorted(f["by_dropout"]), [r.get("partial") is not None for r in f["by_dropout"].values()])
+            for f in saved] == [(["dropout 0"], [True]), (["dropout 0"], [False]),
+                                (["dropout 0", "dropout 0.1"], [False, True]),
+                                (["dropout 0", "dropout 0.1"], [False, False])]
+    assert all("ms" not in r for r in saved[0]["by_dropout"]["dropout 0"]["rows"].values())
+
+
 def test_gpu_only_options_without_cuda_are_a_usage_error():
     bench_model = load_benchmark("bench_model")
     for argv in (["--json", "x.json"], ["--gpu-compile"], ["--gpu-no-hf"],

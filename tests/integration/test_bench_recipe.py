@@ -31,25 +31,49 @@ def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, p
 
 
 def test_the_time_limit_counts_the_corpus_preprocessing_too(bench, tmp_path, monkeypatch, capsys):
-    """gpu_check gives the step --timeout seconds in all: the trainer gets what the corpus left of them,
-    and a run stopped there still reports what it logged."""
-    import subprocess
+    """gpu_check gives the step --timeout seconds in all: the corpus gets them, the trainer what the
+    corpus left of them; a run stopped there still reports what it logged (in the log as it came, in
+    the JSON), its whole process group is killed (DataLoader and compile workers), and it exits 124,
+    timeout(1)'s status, which a resumed gpu_check call reruns."""
+    import os
+    import sys
     import time
 
-    def slow_corpus(work, vocab_size, workers):
-        time.sleep(2.0)
-        return str(tmp_path / "corpus")
     given = []
 
-    def stopped_run(cmd, **kwargs):
-        given.append(kwargs["timeout"])
-        raise subprocess.TimeoutExpired(cmd, kwargs["timeout"], output=b"", stderr=b"")
+    def slow_corpus(work, vocab_size, workers, timeout):
+        given.append(timeout)
+        time.sleep(1.0)
+        return str(tmp_path / "corpus")
+    record = '[train_inner] {"epoch": 1, "ups": "2.5", "num_updates": "2"}'
+    pid_file = tmp_path / "worker.pid"
+    # a trainer that logs one record, starts a worker of its own, then hangs
+    trainer = (f"import subprocess, sys, time; print({record!r}, flush=True); "
+               f"w = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+               f"open({str(pid_file)!r}, 'w').write(str(w.pid)); time.sleep(120)")
     monkeypatch.setattr(bench, "default_corpus", slow_corpus)
-    monkeypatch.setattr(bench.subprocess, "run", stopped_run)
-    assert bench.main(["--device", "cpu", "--timeout", "30", "--work", str(tmp_path / "work")]) == 1
-    assert len(given) == 1 and 1.0 <= given[0] <= 28.0, given
+    monkeypatch.setattr(bench, "train_command", lambda args, data, save_dir: [sys.executable, "-c", trainer])
+    log, out = tmp_path / "recipe.log", tmp_path / "recipe.json"
+    t0 = time.perf_counter()
+    assert bench.main(["--device", "cpu", "--timeout", "6", "--work", str(tmp_path / "work"), "--log", str(log),
+                       "--json", str(out)]) == 124
+    assert time.perf_counter() - t0 < 30
+    assert len(given) == 1 and 5.0 <= given[0] <= 6.0, given
     printed = capsys.readouterr()
-    assert "stopped at --timeout 30 s" in printed.out + printed.err
+    assert "stopped at --timeout 6 s after 2 of 12 updates" in printed.err
+    assert record in log.read_text() and "stopped at --timeout 6 s" in log.read_text()
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["timed_out"] and summary["exit"] is None and summary["last_update"] == 2
+    worker = int(pid_file.read_text())
+    for _ in range(50):  # the kill reaches the worker; it is reaped by init
+        try:
+            os.kill(worker, 0)
+        except ProcessLookupError:
+            break
+        time.sleep(0.1)
+    else:
+        with open(f"/proc/{worker}/stat") as f:  # a zombie left to init is dead too
+            assert f.read().split()[2] == "Z"
 
 
 def test_records_and_oom_recoveries_are_read_from_the_output(bench):

@@ -40,7 +40,9 @@ FIGURES = {
         "rows": {"ours[auto]": {"ms": 60.0, "compile_s": 41.2}, "ours[triton]": {"ms": 54.0, "compile_s": 58.7}},
         "best_single": "ours[triton]", "auto_vs_best": 60.0 / 54.0 - 1}}},
     "recipe": {"summary": {"config": "base", "run_config": "single_gpu", "last_update": 200, "ups": 2.5,
-                           "mfu": 31.2, "oom_recoveries": 0, "recompile_limit_hits": 0, "peak_gib": 70.5}},
+                           "mfu": 31.2, "oom_recoveries": 0, "recompile_limit_hits": 0, "peak_gib": 70.5,
+                           "updates": 200, "steady_records": 8, "compiled_graphs": 1, "compile_seconds": 136.4,
+                           "timed_out": False}},
     "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33}, "hf": {"tokens_per_s": 150000.0},
               "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9,
               "profile": {"gpu_kernel_kinds": {"shares": {"matrix products": 0.55, "attention": 0.25, "other": 0.2},
@@ -98,8 +100,9 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert ("model step compiled (inductor, scope layers) dropout 0: ours[triton] 54.0, ours[auto] 60.0; auto vs "
             "best single (ours[triton]): +11.1% (target <= +3%: not met); compile ours[auto] 41 s, "
             "ours[triton] 59 s (ours[triton] faster compiled: evidence for a compiled row of AUTO_TABLE)") in out
-    assert ("recipe base + single_gpu: 200 updates, 2.500 updates/s, MFU 31.2% (target >= 40%: not met), "
-            "OOM recoveries 0, recompile-limit hits 0, peak 70.500 GiB") in out
+    assert ("recipe base + single_gpu: 200 of 200 updates, 2.500 updates/s (median of 8 records), MFU 31.2% "
+            "(target >= 40%: not met), OOM recoveries 0 (target none: met), recompile-limit hits 0, "
+            "peak 70.500 GiB, compile 1 graphs 136 s") in out
     assert ("bench_train: ours 300000 tokens/s, MFU 33.0%; HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: "
             "met), peak memory ours / HF 0.90x") in out
     assert ("bench_train GPU time by kind of kernel (GPU busy 87% of the update's span): matrix products 55.0%, "
@@ -112,6 +115,30 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert "norm/ffn speed-up liger / eager compiled: 0.970x (eager faster: AUTO_USES_LIGER stays False)" in out
     assert "norm/ffn speed-up liger / eager: 1.010x (within 2%, a tie: AUTO_USES_LIGER stays False)" in out
     assert "tests: 60 passed" in out and "failed tests: tests/x.py::test_y" in out
+
+
+def test_a_recipe_stopped_at_its_timeout_reads_as_unproven(tmp_path):
+    """bench_recipe stopped by its --timeout (gpu_check's budget) writes what it logged: the summary says
+    how far it got, and no OOM recovery so far does not meet the target of none in the whole run."""
+    figures = {"recipe": {"summary": dict(FIGURES["recipe"]["summary"], last_update=160, timed_out=True)},
+               "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33}, "partial": "ours alone (one block)"}}
+    proc = run(tmp_path, figures)
+    assert proc.returncode == 0, proc.stderr
+    assert ("160 of 200 updates (stopped at its timeout)" in proc.stdout
+            and "OOM recoveries 0 (target none: none in 160: unproven)" in proc.stdout), proc.stdout
+    # the compiled model step cut during its timing: the compiles it wrote first
+    figures = {"model_compiled": {"compiled": "inductor", "compile_scope": "layers", "by_dropout": {"dropout 0": {
+        "rows": {"ours[auto]": {"compile_s": 41.2, "kernels": {}}, "ours[triton]": {"compile_s": 0.0,
+                                                                                   "compile_note": "none"}},
+        "partial": "compiled in the first steps, not timed yet"}}}}
+    proc = run(tmp_path, figures)
+    assert ("model step compiled (inductor, scope layers) dropout 0: (compiled in the first steps, not timed yet); "
+            "compile ours[auto] 41 s, ours[triton] 0 s (no graph of its own)") in proc.stdout, proc.stdout
+    figures = {"recipe": {"summary": dict(FIGURES["recipe"]["summary"], last_update=160, timed_out=True)},
+               "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33}, "partial": "ours alone (one block)"}}
+    proc = run(tmp_path, figures)
+    # bench_train cut before Hugging Face's run: ours alone, said so
+    assert "bench_train: ours 300000 tokens/s, MFU 33.0% (ours alone (one block); no comparison)" in proc.stdout
 
 
 def test_the_norm_ffn_line_reads_what_bench_model_writes():
