@@ -109,6 +109,7 @@ def main(argv=None) -> int:
         bench_model.write_json(args.result, worker(args))
         return 0
     logging.basicConfig(level=logging.INFO, format="%(message)s", force=True)
+    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {os.cpu_count()} cores"
     runs = {v: [] for v in args.variants}
     for r in range(args.repeats):
         for variant in (args.variants if r % 2 == 0 else args.variants[::-1]):
@@ -117,9 +118,11 @@ def main(argv=None) -> int:
             logger.info("round %d %-6s first step %.1f s (compile %.1f s, %d graphs), step %.1f ms",
                         r + 1, variant, result["first_step_s"], result["compile_s"], result["graphs"],
                         result["step_ms"])
+            if args.json:  # after every run: a time limit on the next one keeps this one's figures
+                bench_model.write_json(args.json, {"device": device, "torch": torch.__version__, "args": vars(args),
+                                                   "runs": runs, "partial": "not every run has finished"})
     median = {v: {k: statistics.median(x[k] for x in rs) for k in ("first_step_s", "compile_s", "step_ms")}
               for v, rs in runs.items()}
-    device = torch.cuda.get_device_name() if args.device == "cuda" else f"CPU, {os.cpu_count()} cores"
     logger.info("%s, torch %s; %s B%d x %d/%d, %s attention, %s; medians of %d rounds:", device,
                 torch.__version__, args.arch, args.batch, args.src_len, args.tgt_len, args.backend,
                 args.compile_backend, args.repeats)

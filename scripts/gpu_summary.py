@@ -252,8 +252,14 @@ def host_overhead_lines(host: Optional[Dict]) -> List[str]:
 def compile_lines(payload: Optional[Dict]) -> List[str]:
     """model.compile_scope (bench_compile): the first step's compile and the steady step, the whole
     forward in one graph against one graph per layer class."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("median"), dict):
+    if not isinstance(payload, dict):
         return []
+    if not isinstance(payload.get("median"), dict):  # cut before every run finished: the runs it has
+        runs = payload.get("runs") if isinstance(payload.get("runs"), dict) else {}
+        parts = [f"{v} compile {r.get('compile_s', 0):.1f} s, step {r.get('step_ms', 0):.1f} ms"
+                 for v, rs in runs.items() for r in rs if isinstance(r, dict)]
+        return [f"compile scope (bench_compile, {payload.get('partial', 'partial')}): " + "; ".join(parts)] \
+            if parts else []
     median, ratios = payload["median"], payload.get("ratios") or {}
     parts = [f"{v} compile {m.get('compile_s', 0):.1f} s, step {m.get('step_ms', 0):.1f} ms"
              for v, m in median.items() if isinstance(m, dict)]

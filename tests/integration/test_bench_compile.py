@@ -42,6 +42,38 @@ def test_the_report_gives_medians_over_rounds_and_the_ratios_of_layers_to_model(
     assert len(figures["runs"]["model"]) == 3
 
 
+def test_each_run_is_written_as_it_finishes(tmp_path, monkeypatch):
+    """gpu_check's compile_scope step may be cut by its time limit during the second variant (a compile of
+    T5-base took 136 s on the H200): the JSON holds the runs finished before, and gpu_summary reads them."""
+    import importlib.util
+    import os
+
+    bench = load_benchmark("bench_compile")
+    calls = []
+
+    def fake_run(variant, args):
+        calls.append(variant)
+        if len(calls) == 2:
+            raise TimeoutError("cut by the step's time limit")
+        return {"variant": variant, "first_step_s": 61.0, "compile_s": 60.0, "graphs": 1, "step_ms": 100.0,
+                "first_loss": 4.0}
+
+    monkeypatch.setattr(bench, "run_variant", fake_run)
+    out = tmp_path / "compile.json"
+    with pytest.raises(TimeoutError):
+        bench.main(["--repeats", "1", "--variants", "model", "layers", "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["runs"] == {"model": [{"variant": "model", "first_step_s": 61.0, "compile_s": 60.0, "graphs": 1,
+                                          "step_ms": 100.0, "first_loss": 4.0}], "layers": []}
+    assert "median" not in figures and figures["partial"]
+    script = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "gpu_summary.py")
+    spec = importlib.util.spec_from_file_location("gpu_summary", script)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    assert summary.compile_lines(figures) == [
+        "compile scope (bench_compile, not every run has finished): model compile 60.0 s, step 100.0 ms"]
+
+
 def test_bad_arguments_are_one_line_errors(capsys):
     bench = load_benchmark("bench_compile")
     with pytest.raises(SystemExit):

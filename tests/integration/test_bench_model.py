@@ -207,8 +207,8 @@ def test_the_triton_structure_models_run_the_triton_backend_with_their_structure
     default = (tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK)
     assert by_model["ours[triton-fused]"] == {("fused", "none", default[2])}
     assert by_model["ours[triton-one-loop]"] == {("split", "none", default[2])}
-    assert by_model["ours[triton-bits]"] == {("split", "backward", "bits")}
-    assert by_model["ours[triton]"] == {("split", "backward", default[2])}  # FAR_LOOPS' default
+    assert by_model["ours[triton-bits]"] == {("split", default[1], "bits")}
+    assert by_model["ours[triton]"] == by_model["ours[auto]"]  # the module's defaults: FAR_LOOPS "backward"
     assert by_model["ours[auto]"] == by_model["ours[sdpa]"] == {default}  # the module's defaults
 
 
