@@ -689,10 +689,22 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
     return payload(args, device, rows, winners, nobias_winners)
 
 
+def triton_settings(device, head_dim: int, dtype: torch.dtype) -> Dict:
+    """What the ``triton`` row ran with: triton_rpe_attention's settings (which its name does not say, and
+    which changed: FAR_LOOPS "none" until 2026-11-27) and its default tiles at this head size."""
+    from ast_t5.modules import triton_rpe_attention as tra
+
+    if tra.triton is None:
+        return {"error": f"triton is not importable ({tra.TRITON_IMPORT_ERROR})"}
+    return {"FAR_LOOPS": tra.FAR_LOOPS, "BACKWARD": tra.BACKWARD, "DROPOUT_MASK": tra.DROPOUT_MASK,
+            "tiles": list(tra.BLOCKS_OVERRIDE or tra.default_blocks(head_dim, device, dtype=dtype))}
+
+
 def payload(args, device, rows, winners, nobias_winners=()) -> Dict:
     return dict(device=str(device), device_name=torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
                 torch=torch.__version__, peak_tflops=args.peak_tflops, repeats=args.repeats, rows=rows,
-                winners=winners, nobias_winners=list(nobias_winners))
+                winners=winners, nobias_winners=list(nobias_winners),
+                triton=triton_settings(device, args.head_dim, DTYPES[args.dtype]))
 
 
 def format_row(row, graph: bool = False) -> str:

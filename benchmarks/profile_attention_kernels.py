@@ -32,9 +32,14 @@ counter of those sections per kernel and the hottest SASS instructions of each (
 per instruction, from ncu's source page): what the next change to a kernel should address.
 
 ncu reads the counters only where the driver lets it (the Firecracker machines of this workplace,
-not gVisor: /work/.library/device/KINDS.md); elsewhere the script stops with ncu's own error.
-``--clock-control none`` leaves the clocks as they are. Exit status: 0 when every kernel was
-profiled, 1 when the profiled run failed or some kernel is missing, 2 when there is no ncu.
+not gVisor: /work/.library/device/KINDS.md); elsewhere the script stops after the first condition
+with ncu's own error (`NO_COUNTERS`), the others listed as skipped. ``--clock-control none`` leaves
+the clocks as they are. ``--timeout`` bounds the whole script, the reading of each report included
+(the JSON is written after every condition). The JSON records the triton backend's settings of the
+run (``triton``: FAR_LOOPS, BACKWARD, DROPOUT_MASK, its default tiles), since ``triton p0`` means
+what they are. Exit status: 0 when every kernel was profiled, 124 when ``--timeout`` cut or skipped
+a condition (timeout(1)'s status: ``scripts/gpu_check.sh`` reruns it in a resumed call), 1 when a
+profiled run failed or some kernel is missing, 2 when there is no ncu.
 """
 import argparse
 import csv
@@ -317,7 +322,10 @@ def write_json(path: str, payload: Dict) -> None:
     os.replace(tmp, path)
 
 
-IMPORT_TIMEOUT = 120  # seconds for each reading of a report (`ncu --import`)
+IMPORT_TIMEOUT = 120  # seconds at most for each reading of a report (`ncu --import`)
+IMPORT_RESERVE = 20  # seconds of a condition's time kept for reading its report
+# ncu's errors when it cannot read the counters at all on this machine: no later condition would either
+NO_COUNTERS = ("ERR_NVGPUCTRPERM", "LibraryNotLoaded")
 
 
 def run_bounded(cmd, timeout: float):
@@ -332,13 +340,18 @@ def run_bounded(cmd, timeout: float):
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        proc.communicate()
+        try:  # a process outside the group holding the pipes must not hang us
+            proc.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
         return None
     return subprocess.CompletedProcess(cmd, proc.returncode, out, err)
 
 
 def profile_condition(ncu: str, index: int, args, timeout: float, match_base, print_base, tmp) -> Dict:
-    """One ncu run of condition ``index``: {"kernels": [...], "all_metrics": [...]} or {"error": ...}."""
+    """One ncu run of condition ``index`` and the reading of its report, within about ``timeout`` seconds:
+    {"kernels": [...], "all_metrics": [...]} or {"error": ...}, with "cut": True when the time ran out."""
+    deadline = time.time() + timeout
     report = os.path.join(tmp, f"attention-{index}")
     cmd = [ncu, "--profile-from-start", "off", "--clock-control", "none", *match_base,
            "--kernel-name", KERNEL_FILTER, "--export", report, "--force-overwrite"]
@@ -347,18 +360,22 @@ def profile_condition(ncu: str, index: int, args, timeout: float, match_base, pr
     cmd += [sys.executable, os.path.abspath(__file__), "--workload", str(index), "--length", str(args.length),
             "--batch", str(args.batch), "--heads", str(args.heads), "--head-dim", str(args.head_dim)]
     print("profile_attention_kernels:", " ".join(cmd), flush=True)
-    run = run_bounded(cmd, timeout)
+    run_timeout = max(5.0, timeout - IMPORT_RESERVE)
+    run = run_bounded(cmd, run_timeout)
     log = "" if run is None else run.stdout + run.stderr
     if run is None or run.returncode != 0 or not os.path.exists(report + ".ncu-rep"):
-        why = f"timed out after {timeout:.0f} s" if run is None else f"exit {run.returncode}"
+        why = f"timed out after {run_timeout:.0f} s" if run is None else f"exit {run.returncode}"
         errors = [line for line in log.splitlines() if "ERROR" in line][-3:]
         return {"error": f"the profiled run failed ({why}): " + (" | ".join(errors) or log[-300:]),
-                "ncu_log_tail": log[-4000:]}
+                "ncu_log_tail": log[-4000:], "cut": run is None}
     empty = subprocess.CompletedProcess([], None, "", "timed out")
-    raw = run_bounded([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "raw", "--csv"],
-                      IMPORT_TIMEOUT) or empty
-    source = run_bounded([ncu, "--import", report + ".ncu-rep", *print_base, "--page", "source", "--csv",
-                          "--print-source", "sass"], IMPORT_TIMEOUT) or empty
+
+    def read(page, *extra):  # what is left of the condition's time (IMPORT_RESERVE at least), within bounds
+        left = max(5.0, min(IMPORT_TIMEOUT, deadline - time.time()))
+        return run_bounded([ncu, "--import", report + ".ncu-rep", *print_base, "--page", page, "--csv", *extra],
+                           left) or empty
+    raw = read("raw")
+    source = read("source", "--print-source", "sass")
     results = label_results(parse_results(raw.stdout), conditions=CONDITIONS[index:index + 1])
     out = {"kernels": [summarize(r) for r in results],
            "all_metrics": [{"condition": r["condition"], "kind": r["kind"],
@@ -373,7 +390,22 @@ def profile_condition(ncu: str, index: int, args, timeout: float, match_base, pr
                               "head": source.stdout[:20000], "stderr": source.stderr[-1000:]}
     if not results:
         out["error"] = f"no kernel in ncu's raw page ({raw.stderr.strip()[-300:] or raw.stdout[:300]})"
+        out["cut"] = raw is empty
     return out
+
+
+def triton_settings() -> Dict:
+    """What ``triton`` means in this run: triton_rpe_attention's settings and its default tiles here."""
+    try:
+        import torch
+
+        from ast_t5.modules import triton_rpe_attention as tra
+
+        device = torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+        return {"FAR_LOOPS": tra.FAR_LOOPS, "BACKWARD": tra.BACKWARD, "DROPOUT_MASK": tra.DROPOUT_MASK,
+                "tiles": list(tra.BLOCKS_OVERRIDE or tra.default_blocks(64, device, dtype=torch.bfloat16))}
+    except Exception as e:  # noqa: BLE001 - recorded, the profile goes on
+        return {"error": f"{type(e).__name__}: {e}"}
 
 
 def main(argv=None) -> int:
@@ -391,25 +423,37 @@ def main(argv=None) -> int:
         if args.json:
             write_json(args.json, payload)
         return 2
-    version = subprocess.run([ncu, "--version"], capture_output=True, text=True)
+    start = time.time()
+    payload["triton"] = triton_settings()
+    empty = subprocess.CompletedProcess([], None, "", "")
+    version = run_bounded([ncu, "--version"], 30) or empty
     payload["ncu"] = {"path": ncu, "version": (version.stdout.strip().splitlines() or [""])[-1]}
     # match and print kernels by their whole demangled names (FlashAttention-3's kernels are all called
-    # device_kernel<...>, with "flash" and "Fwd"/"Bwd" in their template arguments), where this ncu has
-    # the options (read from its --help, so that an older one runs without them)
-    helptext = subprocess.run([ncu, "--help"], capture_output=True, text=True).stdout
+    # device_kernel<...>, with "flash" and "Fwd"/"Bwd" in their template arguments), and print every
+    # value in its base unit (not scaled per value), where this ncu has the options (read from its
+    # --help, so that an older one runs without them)
+    helptext = (run_bounded([ncu, "--help"], 30) or empty).stdout
     match_base = ["--kernel-name-base", "demangled"] if "--kernel-name-base" in helptext else []
     print_base = ["--print-kernel-base", "demangled"] if "--print-kernel-base" in helptext else []
-    start = time.time()
-    failed = False
+    if "--print-units" in helptext:
+        print_base += ["--print-units", "base"]
+    failed = cut = False
+    no_counters = None
     with tempfile.TemporaryDirectory() as tmp:
         for index, (backend, dropout) in enumerate(CONDITIONS):
             label = f"{backend} p{dropout:g}"
             left = args.timeout - (time.time() - start)
-            if left < 20:
-                payload["errors"][label] = f"skipped: {left:.0f} s of --timeout {args.timeout} s left"
+            if no_counters:
+                payload["errors"][label] = f"skipped: ncu cannot read the counters here ({no_counters})"
                 failed = True
                 continue
+            if left < IMPORT_RESERVE + 20:
+                payload["errors"][label] = f"skipped: {left:.0f} s of --timeout {args.timeout} s left"
+                cut = True
+                continue
             out = profile_condition(ncu, index, args, left, match_base, print_base, tmp)
+            cut = cut or out.get("cut", False)
+            no_counters = next((e for e in NO_COUNTERS if e in out.get("error", "")), None)
             payload["kernels"] += out.get("kernels", [])
             payload["all_metrics"] += out.get("all_metrics", [])
             for key in ("source_page", "ncu_log_tail"):
@@ -426,7 +470,7 @@ def main(argv=None) -> int:
     if args.json:
         write_json(args.json, payload)
     print_table(payload["kernels"])
-    return 1 if failed else 0
+    return 124 if cut else 1 if failed else 0
 
 
 if __name__ == "__main__":

@@ -47,7 +47,10 @@
 #   attention_profile  profile_attention_kernels.py: the triton kernels'
 #                    hardware counters under Nsight Compute (issue slots,
 #                    tensor pipe, occupancy, stall reasons, the hottest
-#                    instructions), one ncu run per condition, flash's too   150   60  attention.log
+#                    instructions), one ncu run per condition, flash's too;
+#                    never run yet: 100 s at least, so that a condition
+#                    (ncu's start, the workload, its replays, two report
+#                    readings) fits what the 35 s reserve leaves         150  100  attention.log
 #   triton_tiles     the triton backend's tile candidates against sdpa,
 #                    padded, 1024 first, then 2048 and 512, forward and
 #                    backward timed apart (--split)                         120   60  attention.log
@@ -271,7 +274,7 @@ run bench_model              180  90 bench_model.log "$PY" benchmarks/bench_mode
 run bench_model_compiled     240 150 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --gpu-compile --gpu-compile-scope layers --gpu-backends triton --gpu-dropouts 0 --gpu-no-hf \
   --json "$JSON/model_compiled.json"
-run attention_profile        150  60 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
+run attention_profile        150 100 attention.log "$PY" benchmarks/profile_attention_kernels.py --timeout @TIMEOUT@ \
   --json "$JSON/attention_profile.json"
 # shellcheck disable=SC2086
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \

@@ -98,6 +98,10 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
                 return "" if value is None else f" ({'met' if value <= 1.0 else 'not met'})"
             lines.append(f"    1.0 ms target, triton row: ms {_ms(split)}{met(split)}, graph ms {_ms(graph)}"
                          f"{met(graph)}{f' ({why[:80]})' if graph is None and why else ''}")
+        failed = [f"{name}: {r['note'][:80]}" for name, r in by.items() if r.get("ms") is None and r.get("note")
+                  and not r["note"].startswith("= ")]  # "= triton (no dropout)": the same kernels, not a failure
+        if failed:  # a row that did not run as itself, at any length (OOM, a recompile limit, a refusal)
+            lines.append("    n/a: " + "; ".join(failed))
         baseline_row = by.get("triton-baseline", {})
         baseline = baseline_row.get("ms")
         if baseline is not None:  # the yardstick: bias-free FlashAttention-2 in Triton at the triton row's tiles

@@ -192,11 +192,22 @@ def _triton_error_types() -> tuple:
     return (TritonError,)
 
 
-# What a kernel launch can raise: torch's RuntimeError (OutOfMemoryError and dynamo's compile
-# failures derive from it) and Triton's errors, which do not: a tile configuration needing more
-# shared memory than the GPU has raises OutOfResources at its first launch. For code that measures
-# or tries several configurations and must record one's failure and go on (the benchmarks).
-KERNEL_ERRORS = (RuntimeError,) + _triton_error_types()
+def _dynamo_limit_errors() -> tuple:
+    """dynamo's refusal to compile past its recompile limit under fullgraph (flex's compiled wrapper),
+    which derives from Exception only, or () where this torch has none."""
+    try:
+        from torch._dynamo.exc import FailOnRecompileLimitHit
+    except ImportError:
+        return ()
+    return (FailOnRecompileLimitHit,)
+
+
+# What a kernel launch can raise: torch's RuntimeError (OutOfMemoryError and most of dynamo's compile
+# failures derive from it), dynamo's recompile-limit refusal and Triton's errors, which do not: a tile
+# configuration needing more shared memory than the GPU has raises OutOfResources at its first launch.
+# For code that measures or tries several configurations and must record one's failure and go on (the
+# benchmarks).
+KERNEL_ERRORS = (RuntimeError,) + _dynamo_limit_errors() + _triton_error_types()
 
 # Whether the kernels below were decorated in interpreter mode (decided by Triton at import time).
 INTERPRETED = bool(triton is not None and (_knobs.runtime.interpret or os.environ.get("TRITON_INTERPRET") == "1"))

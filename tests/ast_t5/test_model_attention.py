@@ -642,6 +642,22 @@ def test_attention_benchmark_records_a_backend_s_triton_error_and_measures_the_o
     assert rows["sdpa"]["ms"] is None and rows["sdpa"]["note"].startswith("OutOfResources:"), rows["sdpa"]
     assert "host_ms" not in rows["sdpa"] and " n/a n/a " in " ".join(bench.format_row(rows["sdpa"]).split())
     assert rows["eager"]["ms"] > 0 and rows["eager"]["max_err"] < 1e-5, rows["eager"]
+    # dynamo's refusal past its recompile limit (flex's fullgraph wrapper) derives from Exception only too
+    from torch._dynamo.exc import FailOnRecompileLimitHit
+
+    def refused(name, *args):
+        if name != "sdpa":
+            return real_step_fn(name, *args)
+
+        def run():
+            raise FailOnRecompileLimitHit("recompile_limit reached with fullgraph=True")
+        return run
+    monkeypatch.setattr(bench, "step_fn", refused)
+    assert bench.main(["--backends", "eager", "sdpa", "--lengths", "24", "--dropouts", "0", "--padding", "none",
+                       "--repeats", "1", "--warmup", "0", "--json", str(out)]) == 0
+    rows = {row["backend"]: row for row in json.loads(out.read_text())["rows"]}
+    assert rows["sdpa"]["ms"] is None and rows["sdpa"]["note"].startswith("FailOnRecompileLimitHit:"), rows["sdpa"]
+    assert rows["eager"]["ms"] > 0
 
 
 class _FakeEvent:

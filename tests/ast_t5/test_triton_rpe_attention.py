@@ -1138,6 +1138,9 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
         if dropout == 0.0:
             assert row["err_ratio"] < 3.0, row
     assert len(payload["winners"]) == 2
+    # what "triton" meant in this run: the module's settings and default tiles (FAR_LOOPS changed meaning once)
+    assert payload["triton"]["FAR_LOOPS"] == tra.FAR_LOOPS and payload["triton"]["BACKWARD"] == tra.BACKWARD
+    assert len(payload["triton"]["tiles"]) == 8
     # the frozen table's row leaves the table gradient out: it is timed beside the others, never a winner
     assert all(w["backend"] != "triton-frozen" for w in payload["winners"])
     # and its dQ kernel really runs without the reduction (TABLE_GRAD off), where the triton row's has it

@@ -23,7 +23,8 @@ FIGURES = {
         row("triton", 0.1, False, 2.5), row("triton-fused", 0.1, False, 2.0), row("sdpa-prebuilt", 0.1, False, 3.0),
         row("triton-bits", 0.1, False, 1.25),
         row("triton", 0.0, True, 1.9), row("triton-fused", 0.0, True, None)]},
-    "attention_lengths": {"rows": [row("triton", 0.0, False, 0.6, length=512)]},
+    "attention_lengths": {"rows": [row("triton", 0.0, False, 0.6, length=512),
+                                   row("flex", 0.0, False, None, length=512, note="FailOnRecompileLimitHit: limit")]},
     "attention_profile": {"kernels": [
         {"condition": "triton p0", "kind": "dQ", "duration_us": 900.0, "issue_active_pct": 40.0, "tensor_pct": 20.0,
          "occupancy_pct": 18.0, "bound": "latency (long_scoreboard)", "stalls": {"long_scoreboard": 4.0, "wait": 1.0}}],
@@ -88,6 +89,7 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert out.count("    1.0 ms target, triton row: ms 2.000 (not met), graph ms n/a\n") == 1
     assert out.count("1.0 ms target, triton row:") == 3  # one per condition at 1024, none at 512
     assert "attention at T=S=512" in out and out.count("target <= 1.0 ms") == 1
+    assert "    n/a: flex: FailOnRecompileLimitHit: limit" in out  # why a row is n/a, at any length
     assert "triton kernels: _bwd_dq_kernel 0.900, _fwd_kernel 0.500" in out
     assert "triton p0 / dQ: 900.0, 40.0, 20.0, 18.0, latency (long_scoreboard); long_scoreboard 4.0, wait 1.0" in out
     assert "triton p0.1: skipped" in out

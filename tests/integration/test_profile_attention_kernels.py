@@ -135,14 +135,15 @@ FAKE_NCU = textwrap.dedent('''\
     if args == ["--version"]:
         print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1)")
     elif args == ["--help"]:
-        print("  --kernel-name-base arg\\n  --print-kernel-base arg\\n  --page arg")
+        print("  --kernel-name-base arg\\n  --print-kernel-base arg\\n  --page arg\\n  --print-units arg")
     elif "--import" in args:  # the page of the report of condition i: FAKE_NCU_DIR/<page>-<i>.csv
         page = args[args.index("--page") + 1]
         index = re.search(r"attention-(\\d+)\\.ncu-rep$", args[args.index("--import") + 1]).group(1)
         print(open(os.path.join(os.environ["FAKE_NCU_DIR"], f"{page}-{index}.csv")).read(), end="")
     else:
         if os.environ.get("FAKE_NCU_FAIL") == args[args.index("--workload") + 1]:
-            print("==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
+            print(os.environ.get("FAKE_NCU_FAIL_MESSAGE") or
+                  "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission to access NVIDIA GPU "
                   "Performance Counters on the target device 0.")
             sys.exit(1)
         open(args[args.index("--export") + 1] + ".ncu-rep", "w").close()
@@ -180,7 +181,9 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
     assert target[target.index("--length") + 1] == "1024"
     imports = [c for c in calls if "--import" in c]
     assert all(c[c.index("--print-kernel-base") + 1] == "demangled" for c in imports)
+    assert all(c[c.index("--print-units") + 1] == "base" for c in imports)  # values in base units, unscaled
     payload = json.loads(out.read_text())
+    assert payload["triton"]["FAR_LOOPS"] == profile_tra().FAR_LOOPS and len(payload["triton"]["tiles"]) == 8
     assert payload["ncu"]["version"].startswith("Version 2025.3.1")
     assert [(k["condition"], k["kind"]) for k in payload["kernels"]] == [
         ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
@@ -221,26 +224,48 @@ def test_a_run_past_its_time_is_stopped_with_every_process_it_started(tmp_path):
 
 def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monkeypatch, capsys):
     out = tmp_path / "profile.json"
-    monkeypatch.setenv("FAKE_NCU_FAIL", "1")  # the fused backward's run is refused: the others still come back
+    # the fused backward's run fails (its workload, not ncu): the others still come back
+    monkeypatch.setenv("FAKE_NCU_FAIL", "1")
+    monkeypatch.setenv("FAKE_NCU_FAIL_MESSAGE", "==ERROR== The application returned an error code (1).")
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
     payload = json.loads(out.read_text())
-    assert list(payload["errors"]) == ["triton-fused p0"] and "ERR_NVGPUCTRPERM" in payload["errors"]["triton-fused p0"]
+    assert list(payload["errors"]) == ["triton-fused p0"] and "error code (1)" in payload["errors"]["triton-fused p0"]
     assert {k["condition"] for k in payload["kernels"]} == {"triton p0", "flash-nobias p0", "triton p0.1",
                                                           "triton-one-loop p0"}
+    assert "error code (1)" in capsys.readouterr().err
+    # ncu may not read the counters on this machine: no later condition would, so none is started
+    monkeypatch.delenv("FAKE_NCU_FAIL_MESSAGE")
+    monkeypatch.setenv("FAKE_NCU_FAIL", "0")
+    calls = tmp_path / "calls"
+    calls.write_text("")
+    assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
+    payload = json.loads(out.read_text())
+    assert "ERR_NVGPUCTRPERM" in payload["errors"]["triton p0"] and payload["kernels"] == []
+    assert all("ncu cannot read the counters here (ERR_NVGPUCTRPERM)" in why
+               for label, why in payload["errors"].items() if label != "triton p0")
+    assert sum("--export" in json.loads(line) for line in calls.read_text().splitlines()) == 1
     assert "ERR_NVGPUCTRPERM" in capsys.readouterr().err
     # too few triton kernels in a report (a kernel that did not run as itself): exit 1, said so
     monkeypatch.delenv("FAKE_NCU_FAIL")
     (tmp_path / "raw-0.csv").write_text(raw_page(kernels=BY_CONDITION[0][:2]))
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
     assert "triton p0: 2 kernels, 3+ expected" in capsys.readouterr().err
-    # no time left for the later conditions: skipped and listed
-    assert profile.main(["--ncu", str(fake_ncu), "--json", str(out), "--timeout", "10"]) == 1
-    assert all(why.startswith("skipped") for why in json.loads(out.read_text())["errors"].values())
+    # no time left for the conditions: skipped and listed, exit 124 (timeout(1)'s, which a resumed gpu_check
+    # call reruns)
+    assert profile.main(["--ncu", str(fake_ncu), "--json", str(out), "--timeout", "10"]) == 124
+    assert all(why.startswith("skipped: ") and "of --timeout 10 s left" in why
+               for why in json.loads(out.read_text())["errors"].values())
     monkeypatch.delenv("NCU", raising=False)
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     missing = tmp_path / "missing.json"
     assert profile.main(["--ncu", str(tmp_path / "no-such-ncu"), "--json", str(missing)]) == 2
     assert "ncu (Nsight Compute) not found" in json.loads(missing.read_text())["error"]
+
+
+def profile_tra():
+    from ast_t5.modules import triton_rpe_attention
+
+    return triton_rpe_attention
 
 
 def test_the_workload_runs_a_condition_where_there_is_cuda(capsys):
