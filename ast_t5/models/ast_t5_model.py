@@ -35,7 +35,11 @@ stack's biased attention runs on ``sdpa`` up to 128 queries and on ``flex`` beyo
 (`attention_backends.FLEX_MIN_QUERIES`), so the classes are source <= 128 or longer times target
 <= 128 or longer: at most 4 graphs (5 with ``compile_dynamic=false``), inside torch's recompile
 limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures). On sm90 ``auto`` sends every
-call to ``sdpa`` whatever its length: one class. With ``compile_scope=layers`` each layer class has
+call to ``sdpa`` whatever its length: one class. ``attention_backend=triton`` has its own length
+rule, the far loops of its kernels from 2 (max_distance + tile) on (384 on sm90 at T5's 128:
+`triton_rpe_attention.far_loops_pay`), so the same 2 x 2 classes. Each class's first forward has
+its inputs marked dynamic (the first forward of every length bucket is), so its first graph serves
+the whole class. With ``compile_scope=layers`` each layer class has
 its own length classes (the encoder layer's source, the decoder layer's target): at most 2 + 2
 graphs, each of one layer (and 2 + 2 static ones first with ``compile_dynamic=false``; flex's block
 mask, left to torch's automatic dynamic shapes, may add one graph per layer class at the first new
@@ -74,10 +78,15 @@ class AstT5Model(FairseqEncoderDecoderModel):
         self.compile_seconds = 0.0  # total wall time of the calls that compiled a graph
         # compile_dynamic: mark the compiled inputs' dimensions dynamic in this forward (`_mark_dynamic`;
         # with compile_scope=layers `_mark_all_dynamic`, about 8 ms of host time per T5-base step on a
-        # CPU core): in the first one, and after any forward that compiled a graph, until one compiles
-        # nothing. The marks only shape what dynamo traces: a dynamic graph takes unmarked inputs of
-        # any size.
+        # CPU core): in the first one, after any forward that compiled a graph until one compiles
+        # nothing, and in the first forward of every (source, target) length bucket (`_seen_lengths`).
+        # The marks only shape what dynamo traces: a dynamic graph takes unmarked inputs of any size.
+        # A length class of its own (a guard of the traced code on a length: the triton backend's far
+        # loops from 2 (max_distance + tile) on, `triton_rpe_attention.far_loops_pay`) compiles at its
+        # first bucket, which is marked, so its first graph is already dynamic (unmarked, it was static,
+        # and the next bucket of the class compiled again).
         self._mark_inputs = True
+        self._seen_lengths = set()
 
     def forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
         """fairseq's encoder-decoder forward; compiled with bucketed lengths when cfg.compile."""
@@ -106,10 +115,13 @@ class AstT5Model(FairseqEncoderDecoderModel):
                 self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
         graphs = _compiled_graph_count()
         start = time.perf_counter()
+        lengths = (src.size(1), prev.size(1))
+        mark = self.cfg.compile_dynamic and (self._mark_inputs or lengths not in self._seen_lengths)
+        self._seen_lengths.add(lengths)
         if self.layerwise_compile:
-            x, extra = self._forward_with_compiled_layers(src, src_lengths, prev, **kwargs)
+            x, extra = self._forward_with_compiled_layers(src, src_lengths, prev, mark=mark, **kwargs)
         else:
-            if self.cfg.compile_dynamic and self._mark_inputs:
+            if mark:
                 _mark_dynamic(src, src_lengths, prev)
             x, extra = self._compiled_forward(src, src_lengths, prev, **kwargs)
         compiled_now = _compiled_graph_count() != graphs
@@ -130,12 +142,13 @@ class AstT5Model(FairseqEncoderDecoderModel):
         """``model.compile_scope=layers``: the compiled graphs are one encoder layer and one decoder layer."""
         return str(self.cfg.compile_scope) == "layers"
 
-    def _forward_with_compiled_layers(self, *args, **kwargs):
+    def _forward_with_compiled_layers(self, *args, mark: bool = False, **kwargs):
         """The eager forward with every layer call going through the compiled `_call_layer`
-        (``compile_scope=layers``): one graph per layer class, reused by each layer of its stack."""
+        (``compile_scope=layers``): one graph per layer class, reused by each layer of its stack;
+        ``mark``: the layer calls' tensors marked dynamic first (`_mark_all_dynamic`)."""
         stacks = (self.encoder, self.decoder)
         compiled = self._compiled_forward
-        if self.cfg.compile_dynamic and self._mark_inputs:
+        if mark:
             def call(layer, *layer_args):
                 _mark_all_dynamic(layer_args)
                 return compiled(layer, *layer_args)

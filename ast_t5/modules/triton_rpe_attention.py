@@ -1047,6 +1047,8 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # triton-far then, triton now, against the one-loop row, triton-one-loop now): "backward" 1.575 ms
 # against 1.934, 2.232 against 2.586 at dropout 0.1, padded 2.380 against 2.511 (GPU time in a CUDA
 # graph 1.13 against 1.34), hence the default. "all" (the forward's far loop) is not measured yet.
+# Under torch.compile the length rule is a guard: calls past 2 (M + tile) are a class of graphs of their
+# own (one more graph per layer class or class pair, `AstT5Model`'s docstring).
 # With the fused backward (`BACKWARD`), set "none" too: with the far loops its dK/dV kernel spilled
 # (BENCHMARKS.md, "Far loops"), and it was measured with one loop (bench_attention's triton-fused row).
 DROPOUT_MASKS = ("bits", "philox")

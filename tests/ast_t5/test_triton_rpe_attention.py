@@ -1011,7 +1011,9 @@ def test_a_model_on_the_triton_backend_traces_as_one_graph(checkpointed, mask, m
 
 @cpu_only
 @pytest.mark.parametrize("scope", ["model", "layers"])
-def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes_and_lengths(monkeypatch, scope):
+@pytest.mark.parametrize("far", ["none", "backward"])
+def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes_and_lengths(monkeypatch, scope,
+                                                                                             far):
     """model.compile with model.compile_dynamic (the default): the first graph already has the batch
     and the lengths symbolic, and the triton backend's host code (bias rows, padding counts, grids,
     `SharedInputs`) specializes none of them, so batches of other sizes and length buckets, source
@@ -1019,7 +1021,12 @@ def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes
     static one, then one per dimension that changed later; a size the host code turned into a Python
     int would add a graph per bucket, until the recompile limit sends training to eager mode.)
     Kernels replaced by no-ops, as above. With compile_scope=layers (gpu_check's bench_model_compiled):
-    one graph per layer class, encoder and decoder, and none more."""
+    one graph per layer class, encoder and decoder, and none more. With the far loops (FAR_LOOPS'
+    default), lengths past 2 (M + tile) are a class of their own (`far_loops_pay`, a guard on the
+    length), each graph dynamic from its first bucket on (its first forward is marked: unmarked, it
+    compiled a static graph, then again at the class's next bucket). compile_scope=layers: one graph
+    more per layer class (long sources for the encoder layer, long targets for the decoder layer's
+    self-attention); the whole forward (model): one per pair of classes met, 4 on this mix."""
     from fairseq.data import Dictionary
     from torch._dynamo import register_backend
 
@@ -1031,6 +1038,7 @@ def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes
 
     for name in ("_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel", "_dropout_bits_kernel"):
         monkeypatch.setattr(tra, name, NoLaunch())
+    monkeypatch.setattr(tra, "FAR_LOOPS", far)
     if "ast_t5_test_triton_graphs" not in torch._dynamo.list_backends(exclude_tags=()):
         register_backend(_count_triton_graph, name="ast_t5_test_triton_graphs")
     graphs = _TRITON_GRAPHS
@@ -1044,12 +1052,18 @@ def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes
                                        compile_backend="ast_t5_test_triton_graphs").train()
     del graphs[:]
     g = torch.Generator().manual_seed(0)
-    for rows, src_len, tgt_len in [(4, 40, 10), (6, 100, 30), (3, 170, 20), (6, 230, 70), (2, 300, 140)]:
+    reach = 2 * (model.cfg.rel_pos_max_distance + max(tra.default_blocks(16, torch.device("cpu"),
+                                                                         dtype=torch.float32)[:3]))
+    shapes = [(4, 40, 10), (6, 100, 30), (3, 170, 20), (6, 230, 70), (2, 300, 140), (2, 400, 30), (2, 500, 60),
+              (3, 100, 400), (2, 600, 450)]
+    assert reach == 320 and all(src_len <= reach for _, src_len, _ in shapes[:5])  # bucketed to 64: 320
+    for rows, src_len, tgt_len in shapes:
         src = torch.randint(4, len(d), (rows, src_len), generator=g)
         src[0, -5:] = d.pad()
         prev = torch.randint(4, len(d), (rows, tgt_len), generator=g)
         model(src, None, prev)[0].float().sum().backward()
-    assert len(graphs) == (1 if scope == "model" else 2)
+    assert len(graphs) == {("model", "none"): 1, ("layers", "none"): 2, ("model", "backward"): 4,
+                           ("layers", "backward"): 4}[scope, far]
     code = "\n".join(module.code for g in graphs for module in g.modules() if hasattr(module, "code"))
     assert code.count("autograd_function_apply") >= (4 if scope == "model" else 2)  # the kernels' calls traced
     torch._dynamo.reset()
@@ -1773,3 +1787,4 @@ def test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_k
     # before a measurement may put triton into AUTO_TABLE for the compiled recipes)
     explained = torch._dynamo.explain(lambda: model(src, None, prev)[0])()
     assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
+
