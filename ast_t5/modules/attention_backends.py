@@ -317,8 +317,19 @@ def _flex_compiled(device_type: str):
     CUDA: dynamo's automatic dynamic shapes (a second length compiles one dynamic graph that
     serves all later lengths). CPU: static shapes, one graph per length (torch 2.13's CPU flex
     template fails to build dynamic shapes), up to dynamo's recompile limit.
+
+    Every kind of call is a graph of its own, a static one first on CUDA: mask kind (padding,
+    causal, none), the bias read per element (training) or per distance (no gradient), grad mode. A
+    run that trains and validates the encoder and decoder on flex (auto on an A100) counts 2 mask
+    kinds x 2 bias forms x 2 (static, then dynamic), 8 by this count (not measured on a GPU): torch's
+    default recompile limit for this one function, past which ``fullgraph=True`` raises
+    (FailOnRecompileLimitHit) instead of running eagerly. So the limit is raised to the model's
+    (`ast_t5_model.MIN_RECOMPILE_LIMIT`) when the wrapper is made.
     """
     if device_type not in _FLEX_COMPILED:
+        from ast_t5.models.ast_t5_model import MIN_RECOMPILE_LIMIT, ensure_recompile_limit
+
+        ensure_recompile_limit(MIN_RECOMPILE_LIMIT)
         _FLEX_COMPILED[device_type] = torch.compile(_flex_attention_call, fullgraph=True,
                                                     dynamic=None if device_type == "cuda" else False)
     return _FLEX_COMPILED[device_type]

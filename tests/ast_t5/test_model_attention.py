@@ -875,3 +875,25 @@ def test_compiled_bf16_model_keeps_padded_cross_attention_on_varlen_flash_in_one
     assert abs(loss.item() - eager.item()) < 2e-2 * abs(eager.item())
     for g, r in zip(grads, eager_grads):
         assert torch.isfinite(g).all() and (g.float() - r.float()).abs().max() <= 5e-2 * r.float().abs().max() + 1e-3
+
+
+def test_the_flex_wrapper_raises_dynamo_s_recompile_limit(monkeypatch):
+    """Eager models run flex through one compiled function (fullgraph=True), whose graphs per mask kind,
+    bias form and grad mode can reach torch's default limit of 8 in a run that trains and validates on
+    flex (auto on an A100); past it fullgraph raises instead of running eagerly. Making the wrapper raises
+    the limit to the model's."""
+    import torch._dynamo.config as dynamo_config
+
+    from ast_t5.models.ast_t5_model import MIN_RECOMPILE_LIMIT
+
+    monkeypatch.setattr(ab, "_FLEX_COMPILED", {})
+    saved = dynamo_config.recompile_limit  # restored by hand: see test_train_speed's gpu_dispatch_on_cpu
+    try:
+        dynamo_config.recompile_limit = 8
+        ab._flex_compiled("cpu")
+        assert dynamo_config.recompile_limit == MIN_RECOMPILE_LIMIT
+        dynamo_config.recompile_limit = 32  # a higher limit set by the user stays
+        ab._flex_compiled("cuda")
+        assert dynamo_config.recompile_limit == 32
+    finally:
+        dynamo_config.recompile_limit = saved
