@@ -1049,7 +1049,7 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # graph 1.13 against 1.34), hence the default. "all" (the forward's far loop) is not measured yet.
 # Under torch.compile the length rule is a guard: calls past 2 (M + tile) are a class of graphs of their
 # own (one more graph per layer class or class pair, `AstT5Model`'s docstring).
-# With the fused backward (`BACKWARD`), set "none" too: with the far loops its dK/dV kernel spilled
+# With the fused backward (`BACKWARD`) the default is "none": with the far loops its dK/dV kernel spilled
 # (BENCHMARKS.md, "Far loops"), and it was measured with one loop (bench_attention's triton-fused row).
 DROPOUT_MASKS = ("bits", "philox")
 # Where the attention kernels get the dropout keep mask: "bits", drawn once per call by `_dropout_bits_kernel`
@@ -1068,7 +1068,9 @@ def forward_maxnreg(warps: int, dropout_bits: bool) -> Optional[int]:
     Eager calls only: under torch.compile the forward launches without it (`_TritonRPEAttention`)."""
     return BITS_FORWARD_MAXNREG if dropout_bits and warps == 4 else None
 FAR_LOOPS_CHOICES = ("none", "backward", "all")
-FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "backward")
+# (the default: "backward", or "none" where AST_T5_TRITON_BACKWARD selects the fused backward, which was
+# measured with one loop and spills with the far loops)
+FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none" if BACKWARD == "fused" else "backward")
 
 
 def dkdv_far_loops(far_loops: bool, dropout_bits: bool) -> bool:

@@ -453,10 +453,17 @@ def test_with_the_dropout_bit_mask_the_dkdv_kernel_keeps_one_loop(monkeypatch):
 
 def test_the_far_loops_of_the_backward_are_the_default():
     """`FAR_LOOPS` defaults to "backward" (the H200's figures of 2026-11-26: BENCHMARKS.md), unless
-    AST_T5_TRITON_FAR_LOOPS says otherwise."""
-    if "AST_T5_TRITON_FAR_LOOPS" in os.environ:
-        pytest.skip("AST_T5_TRITON_FAR_LOOPS is set in this environment")
+    AST_T5_TRITON_FAR_LOOPS says otherwise, or AST_T5_TRITON_BACKWARD selects the fused backward."""
+    if "AST_T5_TRITON_FAR_LOOPS" in os.environ or "AST_T5_TRITON_BACKWARD" in os.environ:
+        pytest.skip("AST_T5_TRITON_FAR_LOOPS or AST_T5_TRITON_BACKWARD is set in this environment")
     assert tra.FAR_LOOPS == "backward"
+    # with the fused backward chosen the same way, one loop (as it was measured; it spills with the far loops)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AST_T5_TRITON_")}
+    code = "from ast_t5.modules import triton_rpe_attention as tra; print(tra.BACKWARD, tra.FAR_LOOPS)"
+    for backward, expected in (("fused", "fused none"), ("split", "split backward")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=dict(env, AST_T5_TRITON_BACKWARD=backward)).stdout.split("\n")[-2]
+        assert out == expected, out
 
 
 @cpu_only
