@@ -60,7 +60,11 @@ gradient reaching the table, as in the model:
   runs a varlen kernel;
 - sdpa-nobias, flex-nobias: the same bias-free call on SDPA with the padding as a mask, and on
   FlexAttention with the padding as a block mask (no dropout): the alternatives to the varlen
-  packing for padded cross-attention. A ``bias-free winner`` line names the fastest of the three.
+  packing for padded cross-attention;
+- triton-nobias: the same bias-free call with ``attention_backend=triton``: with padding, the triton
+  kernels without a bias (no table read, no table gradient; dropout too), each row stopping at its last
+  key, no packing; without padding, flash (the ``ran`` column says which). A ``bias-free winner`` line
+  names the fastest bias-free row of a condition.
 
 With ``--kernel-times`` each triton row also lists the time of each kernel of one call
 (torch.profiler): the forward, dK/dV and dQ kernels and the PyTorch work around them.
@@ -69,8 +73,9 @@ With ``--split`` each row also times its forward alone (without gradients): ``fw
 ``bwd ms`` = ms - fwd ms, so that the forward's and the backward's tiles can be chosen apart
 (gpu_check's tile sweep uses it).
 
-With ``--graph`` (CUDA; nothing on CPU) each triton row, and the flash-nobias, sdpa and
-sdpa-prebuilt rows (`GRAPH_ROWS`; the dense rows take tens of ms, GPU-bound), is also captured once in a CUDA graph
+With ``--graph`` (CUDA; nothing on CPU) each triton row, and the flash-nobias, triton-nobias,
+triton-baseline, sdpa and sdpa-prebuilt rows (`GRAPH_ROWS`; the dense rows take tens of ms,
+GPU-bound), is also captured once in a CUDA graph
 (warmed up on a side stream first) and its replays timed: ``graph ms``, the GPU time of the call
 without the host's. A row whose capture or replay raises is tried once more (`graph_ms_retried`);
 one that fails twice keeps its other figures and gets a ``graph_note`` (printed after the
@@ -109,8 +114,8 @@ from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: 
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
             "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "triton-baseline",
-            "auto", "flash-nobias", "sdpa-nobias", "flex-nobias")
-NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "eager-nobias")
+            "auto", "flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias")
+NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias", "eager-nobias")
 BASELINE = "triton-baseline"  # bias-free like NOBIAS (same reference), but no backend: never a winner
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
@@ -136,7 +141,7 @@ PARTIAL = ("sdpa-prebuilt", "triton-frozen")
 GRAPH_WARMUP = 3  # --graph: calls on a side stream before the capture (allocations, compilation, autotuning)
 # --graph's rows: ours (whose host and GPU time we need apart), and the lower bound and base they are
 # read against; the dense rows (tens of ms per call: GPU-bound, and a capture costs as much again) are left out
-GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE)
+GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE, "triton-nobias")
 
 
 def graphed(name: str) -> bool:
@@ -170,7 +175,7 @@ def parse_args(argv=None):
                    help="for the triton rows, also the time of each kernel of one fwd+bwd (torch.profiler, "
                         "mean over the repeats): forward, dK/dV, dQ and the PyTorch work around them")
     p.add_argument("--graph", action="store_true",
-                   help="CUDA: also capture the call of each triton, flash-nobias, sdpa and sdpa-prebuilt row in a "
+                   help="CUDA: also capture the call of each triton row and of the rows of GRAPH_ROWS in a "
                         "CUDA graph and time its replays (the ``graph ms`` column: the GPU time without the host's, "
                         "against ``ms`` and ``host ms``); a row whose capture fails gets a graph_note. No effect "
                         "on CPU")
@@ -276,7 +281,8 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
             return finish(ab._flex_compiled(leaves[0].device.type)(*leaves, None, None, block_mask, 1.0))
         return run_flex if backward else _without_grad(run_flex)
     if name in NOBIAS:
-        nobias_backend = {"flash-nobias": "flash", "sdpa-nobias": "sdpa", "eager-nobias": "torch"}[name]
+        nobias_backend = {"flash-nobias": "flash", "sdpa-nobias": "sdpa", "eager-nobias": "torch",
+                          "triton-nobias": "triton"}[name]
 
         def run():
             return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))
@@ -617,7 +623,8 @@ def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
                         if args.split and backward:
                             row["fwd_ms"] = time_ms(step_fn(name, *case, dropout, False), device,
                                                     args.warmup, args.repeats).ms
-                        if args.kernel_times and (name.split(":")[0] in TRITON_ROWS or name == BASELINE):
+                        if args.kernel_times and (name.split(":")[0] in TRITON_ROWS
+                                                  or name in (BASELINE, "triton-nobias")):
                             row["kernels"] = kernel_times(fn, device, args.repeats)
                         if dropout == 0.0:
                             key = ("bias-free" if bias_free(name) else "biased", backward)

@@ -94,6 +94,10 @@ def parse_args(argv=None):
                    help="also compile the bias-free FlashAttention-2 kernels of triton_flash_baseline.py at the same "
                         "tiles (rows base-fwd, base-dkdv, base-dq; plain and padded variants): the yardstick for "
                         "what the bias, the table gradient and the masks add to each loop")
+    p.add_argument("--no-bias", action="store_true",
+                   help="compile the kernels as the triton backend launches them for bias-free calls (padded "
+                        "cross-attention): HAS_BIAS off, no table gradient, one loop; with --baseline, beside the "
+                        "yardstick's")
     p.add_argument("--kernels", nargs="+", choices=KERNELS, default=None,
                    help="compile only these kernels (default: every kernel the options give: fwd, dkdv and dq; "
                         "fwd, dkdv+dq and band with --backward fused; base-* with --baseline); a name the options do "
@@ -392,13 +396,14 @@ def main(argv=None) -> int:
         ints = call_integers(head_dim, args.length, args.heads, args.keys, args.max_distance)
         common = dict(M=args.max_distance, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32",
-                      FAR_LOOPS=args.far_loops != "none")
+                      FAR_LOOPS=args.far_loops != "none" and not args.no_bias, HAS_BIAS=not args.no_bias)
         # the dropout mask (triton_rpe_attention.DROPOUT_MASK): every kernel reads its bits (drawn by a kernel of
         # its own: `bits_kernel_line`)
         bits = dropout and args.dropout_mask == "bits"
         bwd_tile = block_bwd * step_bwd
         kernels = (("fwd", tra._fwd_kernel, dict(common, BLOCK_M=block_m, BLOCK_N=block_n,
-                                                  FAR_LOOPS=args.far_loops == "all", DROPOUT_BITS=bits),
+                                                  FAR_LOOPS=args.far_loops == "all" and not args.no_bias,
+                                                  DROPOUT_BITS=bits),
                     f"{block_m}x{block_n}",
                     warps, stages, 0, block_m * block_n),
                    ("dkdv", tra._bwd_dkdv_kernel, dict(common, DROPOUT_BITS=bits, BLOCK_N=block_bwd,
@@ -408,7 +413,8 @@ def main(argv=None) -> int:
                     f"{block_bwd}x{step_bwd}", bwd_warps, bwd_stages, bwd_tile, bwd_tile),
                    ("dq", tra._bwd_dq_kernel, dict(common, DROPOUT_BITS=bits,
                                                   TAB=tra._next_pow2(2 * args.max_distance + 1),
-                                                  TABLE_GRAD=True, BLOCK_M=block_bwd, BLOCK_N=step_bwd, BAND_ONLY=False,
+                                                  TABLE_GRAD=not args.no_bias, BLOCK_M=block_bwd, BLOCK_N=step_bwd,
+                                                  BAND_ONLY=False,
                                                   DELTA_OUT=True, BAND_WEIGHTS=args.band_weights == "on",
                                                   **tra._band_layout(args.max_distance, block_bwd, step_bwd)),
                     f"{block_bwd}x{step_bwd}",
@@ -454,7 +460,7 @@ def main(argv=None) -> int:
                     print(f"# {arch} {head_dim} {variant} {name}: ptxas serializes its wgmma: {why}", flush=True)
             duplicated += (info["dup"] or 0) > 1.01
             full_exp += info["ex2"] == "full"
-            yardstick = name.startswith("base-")  # --baseline's kernels: no bias to gather
+            yardstick = name.startswith("base-") or args.no_bias  # no bias to gather
             bias = "-" if yardstick else bias_copies(kernel.asm["ptx"])
             wide_bias += bias != "4" and not yardstick
             spills += bool(info["stack"])

@@ -111,7 +111,18 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
             if flash is not None:
                 line += f"; baseline / flash {baseline / flash:.2f}x (Triton at these tiles against flash)"
             lines.append(line)
-        for name in ("triton", "triton-fused", "triton-one-loop", "triton-baseline"):
+        nobias = by.get("triton-nobias", {})
+        if nobias.get("ms") is not None:  # bias-free calls: the triton backend's (kernels without a bias if padded)
+            others = [(name, by[name]) for name in ("flash-nobias", "sdpa-nobias", "flex-nobias")
+                      if by.get(name, {}).get("ms") is not None]
+            line = (f"    bias-free: triton-nobias {_ms(nobias['ms'])}{_host_graph(nobias)} (ran "
+                    f"{nobias.get('ran', '?')})")
+            line += "".join(f", {name} {_ms(r['ms'])}{_host_graph(r)} (ran {r.get('ran', '?')})" for name, r in others)
+            if others:
+                best = min(others, key=lambda item: item[1]["ms"])
+                line += f"; {best[1]['ms'] / nobias['ms']:.2f}x the best other ({best[0]})"
+            lines.append(line)
+        for name in ("triton", "triton-fused", "triton-one-loop", "triton-baseline", "triton-nobias"):
             kernels = by.get(name, {}).get("kernels")
             if kernels:
                 lines.append(f"    {name} kernels: " + ", ".join(f"{k[:32]} {v:.3f}" for k, v in

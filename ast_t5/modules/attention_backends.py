@@ -33,8 +33,13 @@
   clamped distance from the (H, 2 M + 1) vector inside the kernel (no (T, S) tensor in forward or
   backward), padding and causality as in-kernel masks, attention dropout from a Philox stream
   seeded by PyTorch's generator, and the table's gradient reduced per distance in its backward.
-  Bias-free calls use ``flash``; calls it cannot take (no triton, CPU tensors without
-  TRITON_INTERPRET=1 at import, a dense bias, cached decoding with queries offset from the keys,
+  Bias-free calls with padded keys (cross-attention over a padded source) run on the same kernels
+  without the bias: no unpadding (varlen flash packs the real keys with a sort and copies, 2.8 ms
+  of host time per call at B16 T=S=1024 on an H200) and no mask read past each row's last key. The
+  bias-free Triton yardstick at these tiles ran that padded call in 1.07 ms against 2.37 for SDPA's
+  masked kernel and 3.01 for varlen flash (2026-11-26, BENCHMARKS.md). Unpadded bias-free calls use
+  ``flash`` (1.08 ms against the yardstick's 1.23). Calls it cannot take (no triton, CPU tensors
+  without TRITON_INTERPRET=1 at import, a dense bias, cached decoding with queries offset from the keys,
   fp64) go to ``sdpa``, logged once. Not in `AUTO_TABLE`: its kernels alone beat SDPA's on an H200,
   but the T5-base step ran slower with it than with ``sdpa`` (2026-11-26; a run of 2026-11-25, on
   the kernels of the day before, had it 2% faster).
@@ -422,6 +427,32 @@ def _triton_unsupported(q, k, v, bias) -> Optional[str]:
     return triton_rpe_attention.unsupported_reason(q, k, v, rel.per_distance)
 
 
+_NOBIAS_PADDING = [None]  # (key padding mask, its version, SharedInputs) of the last bias-free triton call
+
+
+def _triton_nobias(q, k, v, key_padding_mask, causal, dropout_p, scale, packed_qkv=None):
+    """A bias-free call with padded keys on the triton kernels (no bias read, no table gradient).
+    The mask's kernel inputs (`triton_rpe_attention.SharedInputs`: uint8 mask, each row's end of keys,
+    padding counts) are kept for the next call with the same, unchanged mask tensor: a decoder's
+    layers pass the encoder's one mask to their cross-attention, so its stack builds them once.
+    (Not under torch.compile, where inductor fuses them into the graph.)"""
+    from .triton_rpe_attention import SharedInputs, tensor_version, triton_rpe_attention
+
+    _count("triton-nobias")
+    shared = None
+    version = None if torch.compiler.is_compiling() else tensor_version(key_padding_mask)
+    if version is not None:
+        kept = _NOBIAS_PADDING[0]
+        if kept is not None and kept[0] is key_padding_mask and kept[1] == version:
+            shared = kept[2]
+        else:
+            shared = SharedInputs(key_padding_mask)
+            _NOBIAS_PADDING[0] = (key_padding_mask, version, shared)
+    return triton_rpe_attention(q, k, v, None, shared=shared, causal=causal,
+                                key_padding_mask=key_padding_mask if shared is None else None,
+                                dropout_p=dropout_p, scale=scale, packed=packed_qkv)
+
+
 def _triton(q, k, v, bias: "FoldedBias", dropout_p, scale, packed_qkv=None):
     from .triton_rpe_attention import triton_rpe_attention
 
@@ -518,7 +549,8 @@ BiasLike = Union[torch.Tensor, RelativeBias, FoldedBias]
 def resolve_backend(backend: str, device: torch.device, has_bias: bool, dtype: torch.dtype = torch.float32,
                     dropout_p: float = 0.0, q_len: int = 0) -> str:
     """The backend a call will start from: ``auto`` resolved by `AUTO_TABLE`; ``flash`` with a
-    bias, and ``flex`` with dropout, -> ``sdpa``; bias-free ``flex``/``triton`` -> ``flash``."""
+    bias, and ``flex`` with dropout, -> ``sdpa``; bias-free ``flex``/``triton`` -> ``flash`` (`attention`
+    keeps bias-free ``triton`` calls with padded keys on the triton kernels before asking this)."""
     if backend not in ATTENTION_BACKENDS:
         raise ValueError(f"attention backend must be one of {ATTENTION_BACKENDS}, got {backend!r}")
     if backend == "auto":
@@ -646,6 +678,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     """
     if causal and q.size(2) != k.size(2):
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
+    if backend == "triton" and bias is None and key_padding_mask is not None:
+        from . import triton_rpe_attention
+
+        reason = triton_rpe_attention.unsupported_reason(q, k, v, None)
+        if reason is None:
+            return _triton_nobias(q, k, v, key_padding_mask, causal, dropout_p, scale, packed_qkv)
+        log_once("attention backend triton: %s -> flash for bias-free calls with padded keys", reason)
     backend = resolve_backend(backend, q.device, bias is not None, q.dtype, dropout_p, q.size(2))
     if backend == "flex":
         reason = _flex_unsupported(q, k, v, bias)

@@ -7,6 +7,10 @@ distance, attention dropout, and the bias table's gradient reduced per distance 
 The ``triton`` attention backend (`attention_backends`). Written for this project after reading
 the FlashAttention-2 paper (Dao, 2023): no code of other projects is copied.
 
+Bias-free calls (``per_distance`` None: the backend's cross-attention over a padded source) run the
+same kernels with ``HAS_BIAS`` off, a compile-time switch: no table is read, the far loops stay off
+and no table gradient is reduced; masks and dropout as below.
+
 Forward (one program per (query block, batch x head)): loops over key blocks with an online
 softmax (running max and sum in fp32), saves the log-sum-exp per query row for the backward. The
 bias is gathered per tile (`_tile_bias`) from one row per head that holds every distance of the
@@ -222,8 +226,9 @@ PHILOX_ROUNDS = 7
 
 
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       per_distance: torch.Tensor) -> Optional[str]:
-    """Why `triton_rpe_attention` cannot take these inputs here, or None."""
+                       per_distance: Optional[torch.Tensor]) -> Optional[str]:
+    """Why `triton_rpe_attention` cannot take these inputs here, or None (``per_distance`` None: a
+    bias-free call)."""
     if triton is None:
         return f"triton is not importable ({TRITON_IMPORT_ERROR})"
     if q.is_cuda and INTERPRETED:
@@ -238,6 +243,8 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return f"head size {q.size(-1)} (needs <= 256, v's the same)"
     if max(q.numel(), k.numel()) >= 2 ** 31:
         return "tensors of 2^31 elements or more (the kernels use int32 offsets)"
+    if per_distance is None:
+        return None
     if not per_distance.is_floating_point() or per_distance.dim() != 2 or per_distance.size(0) != q.size(1):
         return "per_distance must be a float (H, 2 M + 1) tensor"
     if per_distance.size(1) < 3 or per_distance.size(1) % 2 == 0:
@@ -451,7 +458,7 @@ if triton is not None:
                    start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, FAR: tl.constexpr,
-                   DROPOUT_BITS: tl.constexpr = False):
+                   DROPOUT_BITS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True):
         """The forward's online softmax over the key tiles lo, lo + BLOCK_N, ... < stop (no key from
         ``hi`` on is loaded: a row of padding alone, whose band loop runs one tile, reads none). FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias``
@@ -472,7 +479,7 @@ if triton is not None:
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale
             if FAR:
                 s += far_bias
-            else:
+            elif HAS_BIAS:
                 s += _tile_bias(pd_rows, offs_n)
             if HAS_KPM:  # a tile of unpadded keys skips its mask, like an interior tile without padding
                 if _any_padded(count_ptr, start_n, start_n + BLOCK_N, S) | \
@@ -555,8 +562,11 @@ if triton is not None:
                     H, T, S, D, pd_len, pd_off, scale, dropout_p,
                     M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
-                    PRECISION: tl.constexpr, FAR_LOOPS: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False):
-        """DROPOUT_BITS (with DROPOUT): the keep mask's bits are read from DMASK (`_keep`)."""
+                    PRECISION: tl.constexpr, FAR_LOOPS: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False,
+                    HAS_BIAS: tl.constexpr = True):
+        """DROPOUT_BITS (with DROPOUT): the keep mask's bits are read from DMASK (`_keep`). Without
+        HAS_BIAS (bias-free calls, `triton_rpe_attention` with no table) nothing is read from PD and
+        FAR_LOOPS is off: the scores are q k^T alone."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -596,14 +606,14 @@ if triton is not None:
             spans = (band_lo, right_lo, (end - 1) // BLOCK_N * BLOCK_N, tl.load(far - M), tl.load(far + M))
             m_i, l_i, acc = _fwd_tiles(0, end, spans, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                        DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True,
-                                       DROPOUT_BITS=DROPOUT_BITS)
+                                       DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
             m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
                                        CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                       PRECISION=PRECISION, FAR=False, DROPOUT_BITS=DROPOUT_BITS)
+                                       PRECISION=PRECISION, FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
         else:
             m_i, l_i, acc = _fwd_tiles(0, hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                        DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                       FAR=False, DROPOUT_BITS=DROPOUT_BITS)
+                                       FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
         has_key = l_i > 0.0
         out = acc / tl.where(has_key, l_i, 1.0)[:, None]
         tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -617,7 +627,8 @@ if triton is not None:
                     sd_b, sd_h, sd_t, sa_t, T, S, D, qk_scale, dropout_p, M: tl.constexpr, HAS_KPM: tl.constexpr,
                     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
                     PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr, FAR_SUMS: tl.constexpr, BAND_Q: tl.constexpr,
-                    BAND_K: tl.constexpr, FAR: tl.constexpr, DROPOUT_BITS: tl.constexpr = False):
+                    BAND_K: tl.constexpr, FAR: tl.constexpr, DROPOUT_BITS: tl.constexpr = False,
+                    HAS_BIAS: tl.constexpr = True):
         """`_bwd_dkdv_kernel`'s loop over the query tiles lo, lo + BLOCK_M, ... < stop. FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias`` and
         load no bias, both sides' in one loop of at least one tile (`_far_walk`; ``far``: (band_lo,
@@ -640,7 +651,7 @@ if triton is not None:
             s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
             if FAR:
                 s_t += far_bias
-            else:
+            elif HAS_BIAS:
                 s_t += tl.load(pd_keys[:, None] - offs_m[None, :])  # `_tile_bias`, transposed
             p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
@@ -686,7 +697,7 @@ if triton is not None:
                          BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                          PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr = False, FAR_SUMS: tl.constexpr = False,
                          BAND_Q: tl.constexpr = 16, BAND_K: tl.constexpr = 16, FAR_LOOPS: tl.constexpr = False,
-                         DROPOUT_BITS: tl.constexpr = False):
+                         DROPOUT_BITS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True):
         """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
@@ -747,18 +758,19 @@ if triton is not None:
                 dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, spans, dk, dv, far_lo, far_hi, *rest, M=M, HAS_KPM=HAS_KPM,
                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M,
                                                      PRECISION=PRECISION, FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS,
-                                                     BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True, DROPOUT_BITS=DROPOUT_BITS)
+                                                     BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True, DROPOUT_BITS=DROPOUT_BITS,
+                                                     HAS_BIAS=HAS_BIAS)
                 dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi,
                                                      *rest, M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
                                                      BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
                                                      FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
-                                                     FAR=False, DROPOUT_BITS=DROPOUT_BITS)
+                                                     FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
             else:
                 dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi, *rest, M=M,
                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
                                                      BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
                                                      FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False,
-                                                     DROPOUT_BITS=DROPOUT_BITS)
+                                                     DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
         if FAR_SUMS:
             out = FAR + (bh * tl.num_programs(0) + pid_n) * 2
             tl.store(out, tl.sum(far_lo, 0))
@@ -775,7 +787,7 @@ if triton is not None:
                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DQ_PRODUCT: tl.constexpr,
                   KIND: tl.constexpr, DROPOUT_BITS: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
-                  WEIGHTS: tl.constexpr = False):
+                  WEIGHTS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True):
         """`_bwd_dq_kernel`'s loop over the key tiles lo, lo + BLOCK_N, ... < stop (keys from ``hi``
         on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "far"
         (every distance clamps to -M on the tiles before the band, to M on those after it: they add
@@ -802,7 +814,7 @@ if triton is not None:
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units
             if KIND == "far":
                 s += far_bias
-            else:
+            elif HAS_BIAS:
                 s += _tile_bias(pd_rows, offs_n)
             p = tl.exp2(s - lse[:, None])  # 0 for queries past T (lse = +inf)
             if HAS_KPM:
@@ -836,7 +848,8 @@ if triton is not None:
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                        PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False,
                        DELTA_OUT: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False,
-                       BAND_STAGES: tl.constexpr = None, BAND_WEIGHTS: tl.constexpr = True):
+                       BAND_STAGES: tl.constexpr = None, BAND_WEIGHTS: tl.constexpr = True,
+                       HAS_BIAS: tl.constexpr = True):
         """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
@@ -905,7 +918,7 @@ if triton is not None:
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                                       DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS,
-                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT,
+                                                      HAS_BIAS=HAS_BIAS, WEIGHTS=BAND_WEIGHTS and not DROPOUT,
                                                       LOOP_STAGES=BAND_STAGES)
         elif FAR_LOOPS:  # the key tiles far before and after the queries, then across the band
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
@@ -916,20 +929,20 @@ if triton is not None:
                                                       ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                                       DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
                                                       BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
-                                                      KIND="far", DROPOUT_BITS=DROPOUT_BITS)
+                                                      KIND="far", DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
             dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo,
                                                       far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                                       DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS,
-                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT)
+                                                      HAS_BIAS=HAS_BIAS, WEIGHTS=BAND_WEIGHTS and not DROPOUT)
         else:
             dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo, far_hi,
                                                       *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                                       DQ_PRODUCT=not BAND_ONLY, KIND="any", DROPOUT_BITS=DROPOUT_BITS,
-                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT)
+                                                      HAS_BIAS=HAS_BIAS, WEIGHTS=BAND_WEIGHTS and not DROPOUT)
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
@@ -1286,7 +1299,8 @@ def _placeholder(device: torch.device, dtype: torch.dtype) -> torch.Tensor:
         return torch.zeros(1, dtype=dtype, device=device)
     key = (device, dtype)
     if key not in _PLACEHOLDERS:
-        _PLACEHOLDERS[key] = torch.zeros(1, dtype=dtype, device=device)
+        with torch.inference_mode(False):  # made under inference_mode, autograd could not save it later
+            _PLACEHOLDERS[key] = torch.zeros(1, dtype=dtype, device=device)
     return _PLACEHOLDERS[key]
 
 
@@ -1318,14 +1332,23 @@ class SharedInputs:
 
     def bias_rows(self, per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
         """`_bias_rows`, kept while the layers pass the same table, unchanged, at the same shape."""
+        if torch.compiler.is_compiling():  # nothing kept (class docstring)
+            return _bias_rows(per_distance, T, S, pad)
         kept = self._rows
-        if kept is not None and kept[0] is per_distance and kept[1] == per_distance._version \
+        version = tensor_version(per_distance)
+        if kept is not None and kept[0] is per_distance and version is not None and kept[1] == version \
                 and kept[2] == (T, S, pad):
             return kept[3], kept[4]
         rows, offset = _bias_rows(per_distance, T, S, pad)
-        if not torch.compiler.is_compiling():
-            self._rows = (per_distance, per_distance._version, (T, S, pad), rows, offset)
+        if version is not None:
+            self._rows = (per_distance, version, (T, S, pad), rows, offset)
         return rows, offset
+
+
+def tensor_version(t: torch.Tensor) -> Optional[int]:
+    """``t``'s version counter (bumped by every in-place change), or None for a tensor made under
+    torch.inference_mode, which has none (then nothing derived from it is kept)."""
+    return None if t.is_inference() else t._version
 
 
 def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:
@@ -1339,13 +1362,15 @@ class _TritonRPEAttention(torch.autograd.Function):
     def forward(ctx, q, k, v, packed, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p, scale,
                 blocks):
         # pd, pd_off: `_bias_rows`; kpm, kv_end, pad_count: `_padding_inputs`, or None without padding;
-        # packed: None, or the (B, T, 3, H, D) projection that q, k, v are read from (then None)
+        # packed: None, or the (B, T, 3, H, D) projection that q, k, v are read from (then None);
+        # per_distance None: bias-free (pd a placeholder, never read; M only sizes unused constants)
         ctx.packed = packed is not None
         if ctx.packed:
             q, k, v = unpack_qkv(packed)
         B, H, T, D = q.shape
         S = k.size(2)
-        M = (per_distance.size(1) - 1) // 2
+        has_bias = per_distance is not None
+        M = (per_distance.size(1) - 1) // 2 if has_bias else 1
         q, k, v = _as_kernel_input(q), _as_kernel_input(k), _as_kernel_input(v)
         has_kpm = kpm is not None
         if not has_kpm:
@@ -1363,7 +1388,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         # not under torch.compile: dynamo hands a user kernel's launch options over to inductor by name, and
         # maxnreg is not among those it knows (torch 2.11-2.13), so there it could reach the kernel as an argument
         maxnreg = None if torch.compiler.is_compiling() else forward_maxnreg(warps, bits)
-        far_loops = FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
+        far_loops = has_bias and FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
         # O in (B, T, H, D) memory, seen as (B, H, T, D): the caller's merge of the heads
         # (out.transpose(1, 2).reshape(B, T, H * D)) is then a view, not a copy
         o = _time_major(B, H, T, D, q.dtype, q.device)
@@ -1373,22 +1398,22 @@ class _TritonRPEAttention(torch.autograd.Function):
             q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
             v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
-            H, T, S, D, pd.size(1), pd_off, float(scale), float(dropout_p),
+            H, T, S, D, pd.size(-1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
-            FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, num_warps=warps, num_stages=stages,
-            **({} if maxnreg is None else dict(maxnreg=maxnreg)))
+            FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, HAS_BIAS=has_bias, num_warps=warps,
+            num_stages=stages, **({} if maxnreg is None else dict(maxnreg=maxnreg)))
         ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse)
         ctx.dropout_bits = bits
         ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to
         ctx.meta = (has_kpm, bool(causal), float(dropout_p), float(scale), blocks,
-                    per_distance.dtype, M, pd_off)
+                    per_distance.dtype if has_bias else None, M, pd_off, has_bias)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
         q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse = ctx.saved_tensors
-        has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off = ctx.meta
+        has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off, has_bias = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
         _, _, block_bwd, _, _, warps, step_bwd, stages = blocks
@@ -1425,7 +1450,7 @@ class _TritonRPEAttention(torch.autograd.Function):
         precision = _precision(q.dtype)
         common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
                       BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, FAR_LOOPS=ctx.far_loops,
-                      DROPOUT_BITS=ctx.dropout_bits, num_warps=warps, num_stages=stages)
+                      DROPOUT_BITS=ctx.dropout_bits, HAS_BIAS=has_bias, num_warps=warps, num_stages=stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         acc_strides = dq_acc.stride()[:3] if fused else (0, 0, 0)
@@ -1437,7 +1462,7 @@ class _TritonRPEAttention(torch.autograd.Function):
             _bwd_dq_kernel[(n_blocks, B * H)](
                 q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq, dtab,
                 *strides, *(acc_strides if fused else dq.stride()[:3]),
-                H, T, S, D, pd.size(1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
+                H, T, S, D, pd.size(-1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
                 **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
                 BAND_STAGES=stages if fused else None, BAND_WEIGHTS=True,
                 BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
@@ -1447,7 +1472,7 @@ class _TritonRPEAttention(torch.autograd.Function):
             dq_kernel()
         _bwd_dkdv_kernel[(n_key_blocks, B * H)](
             q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, dk, dv, dq_acc, far, *strides,
-            *dk.stride()[:3], *acc_strides, H, T, S, D, pd.size(1), pd_off, scale, dropout_p,
+            *dk.stride()[:3], *acc_strides, H, T, S, D, pd.size(-1), pd_off, scale, dropout_p,
             BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=fused, FAR_SUMS=fused and table_grad,
             BAND_Q=block_bwd, BAND_K=step_bwd,
             **dict(common, FAR_LOOPS=dkdv_far_loops(ctx.far_loops, ctx.dropout_bits)))
@@ -1480,7 +1505,7 @@ def unpack_qkv(packed: torch.Tensor):
     return packed.permute(2, 0, 3, 1, 4).unbind(0)
 
 
-def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_distance: torch.Tensor, *,
+def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_distance: Optional[torch.Tensor], *,
                          key_padding_mask: Optional[torch.Tensor] = None, causal: bool = False,
                          dropout_p: float = 0.0, scale: float = 1.0, blocks=None,
                          shared: Optional[SharedInputs] = None,
@@ -1489,7 +1514,9 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
 
     Args:
         q: (B, H, T, D); k, v: (B, H, S, D); fp16/bf16/fp32.
-        per_distance: (H, 2 M + 1): bias per head and clamped distance key - query.
+        per_distance: (H, 2 M + 1): bias per head and clamped distance key - query; None for
+            bias-free attention (the same kernels with no bias read and no table gradient: what the
+            ``triton`` backend runs for bias-free calls with padded keys).
         key_padding_mask: optional (B, S) bool, True at padded keys.
         shared: the inputs the layers of a stack share (`SharedInputs`, holding the stack's padding
             mask: then pass no ``key_padding_mask``); by default built for this call alone.
@@ -1538,11 +1565,15 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     blocks = resolve_blocks(blocks or BLOCKS_OVERRIDE or default_blocks(q.size(-1), q.device,
                                                                          dropout=dropout_p > 0, dtype=q.dtype))
     T, S, pad = q.size(2), k.size(2), max(blocks[:3])
-    if shared is None:
+    if per_distance is None:
+        pd, pd_off = _placeholder(q.device, torch.float32), 0
+    elif shared is None:
         pd, pd_off = _bias_rows(per_distance, T, S, pad)
-        padding = None if key_padding_mask is None else _padding_inputs(key_padding_mask, q.device)
     else:
         pd, pd_off = shared.bias_rows(per_distance, T, S, pad)
+    if shared is None:
+        padding = None if key_padding_mask is None else _padding_inputs(key_padding_mask, q.device)
+    else:
         padding = shared.padding(q.device)
     kpm, kv_end, pad_count = (None, None, None) if padding is None else padding
     if packed is not None:

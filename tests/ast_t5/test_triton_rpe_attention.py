@@ -746,6 +746,102 @@ def test_dropout_uses_the_philox_mask_it_exposes_and_is_seeded(blocks, backward,
     assert (plain.double() - without_dropout).abs().max() < 1e-5  # p = 0: no mask drawn at all
 
 
+NOBIAS_CASES = [  # (T, S, D, causal, blocks): bias-free calls with padded keys (left padding too: `make`)
+    (37, 37, 32, False, SMALL),
+    (29, 45, 64, False, SMALL),  # cross shapes (a decoder's cross-attention)
+    (45, 45, 32, True, RECT),    # causal, the backward on 32 x 16 tiles
+    (1, 41, 16, False, SMALL),   # one query: a cached decoding step's cross-attention
+]
+
+
+@cpu_only
+@pytest.mark.parametrize("case", NOBIAS_CASES)
+@pytest.mark.parametrize("p", [0.0, 0.25])
+def test_bias_free_calls_run_the_kernels_without_a_bias(case, p, backward, monkeypatch):
+    """``per_distance`` None: the same kernels with nothing read from a table (HAS_BIAS off) and no table
+    gradient: output and q, k, v gradients as the fp64 reference with a zero bias, with and without
+    dropout (the keep mask the kernels expose), for each backward. No bias rows are built, and the far
+    loops stay off even where their length rule would turn them on."""
+    T, S, D, causal, blocks = case
+    monkeypatch.setattr(tra, "FAR_LOOPS", "all")
+    monkeypatch.setattr(tra, "far_loops_pay", lambda *shape: True)
+
+    def no_rows(*args):
+        raise AssertionError("a bias-free call built bias rows")
+
+    monkeypatch.setattr(tra, "_bias_rows", no_rows)
+    has_bias = spy_launches(monkeypatch, "_fwd_kernel", "HAS_BIAS")
+    dkdv = spy_launches(monkeypatch, "_bwd_dkdv_kernel", "FAR_LOOPS")
+    q, k, v, _, kpm = make(2, 2, T, S, D, 4, pad=True)
+    grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
+    torch.manual_seed(5)
+    got = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, None, key_padding_mask=kpm, causal=causal, scale=0.3,
+                                                      dropout_p=p, blocks=blocks), [q, k, v], grad)
+    assert has_bias == [False] and dkdv == [False]
+    keep = None
+    if p:
+        torch.manual_seed(5)
+        keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 2, T, S, p)
+    zero = torch.zeros(2, 3)
+    leaves, ref_fn = reference(q, k, v, zero, kpm, causal, 0.3, keep=keep, p=tra.effective_dropout_p(p))
+    ref = fwd_bwd(lambda *x: ref_fn(*x, leaves[3]), leaves[:3], grad.double())  # the zero bias: no gradient asked
+    errors = max_errors(got, ref)
+    assert len(errors) == 4 and max(errors) < 2e-5, errors  # out, dq, dk, dv
+
+
+@cpu_only
+def test_bias_free_padded_calls_of_the_triton_backend_run_its_kernels_and_share_the_mask_inputs(monkeypatch,
+                                                                                                caplog):
+    """`attention(backend="triton")` without a bias: padded keys go to the kernels without a bias (counted
+    "triton-nobias"), equal to the torch backend in output and gradients; the mask's kernel inputs are
+    built once for the calls that pass the same unchanged mask tensor (a decoder's cross-attention
+    layers), again for another mask or the same one changed in place, and never kept for a mask made
+    under torch.inference_mode (no version counter) or under torch.compile. Unpadded calls go to flash."""
+    built = [0]
+    real_counts = tra._padding_counts
+
+    def counts(*args):
+        built[0] += 1
+        return real_counts(*args)
+
+    monkeypatch.setattr(tra, "_padding_counts", counts)
+    monkeypatch.setattr(tra, "BLOCKS_OVERRIDE", SMALL)
+    monkeypatch.setattr(ab, "_NOBIAS_PADDING", [None])
+    q, k, v, _, kpm = make(2, 2, 13, 29, 16, 4, pad=True)
+    grad = torch.randn(2, 2, 13, 16, generator=torch.Generator().manual_seed(1))
+
+    def call(mask, backend="triton"):
+        return lambda *x: ab.attention(*x, key_padding_mask=mask, scale=0.5, backend=backend)
+
+    ab.DISPATCH_COUNTS.clear()
+    layers = [fwd_bwd(call(kpm), [q, k, v], grad) for _ in range(3)]
+    assert ab.DISPATCH_COUNTS["triton-nobias"] == 3 and built[0] == 1, dict(ab.DISPATCH_COUNTS)
+    ref = fwd_bwd(call(kpm, "torch"), [q, k, v], grad)
+    for got in layers:
+        assert max(max_errors(got, ref)) < 2e-5
+    other = kpm.clone()
+    with torch.no_grad():
+        ab.attention(q, k, v, key_padding_mask=other, backend="triton")
+        assert built[0] == 2
+        other[1, 0] = True  # changed in place
+        changed = ab.attention(q, k, v, key_padding_mask=other, backend="triton")
+        assert built[0] == 3
+        assert (changed - ab.attention(q, k, v, key_padding_mask=other, backend="torch")).abs().max() < 1e-5
+    with torch.inference_mode():
+        frozen = kpm.clone()
+        for _ in range(2):
+            ab.attention(q, k, v, key_padding_mask=frozen, backend="triton")
+    assert built[0] == 5
+    ab.DISPATCH_COUNTS.clear()
+    ab.attention(q, k, v, backend="triton")  # unpadded: flash
+    assert ab.DISPATCH_COUNTS["sdpa-flash"] == 1 and ab.DISPATCH_COUNTS["triton-nobias"] == 0
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)
+    with torch.no_grad():
+        for _ in range(2):
+            ab.attention(q, k, v, key_padding_mask=kpm, backend="triton")
+    assert built[0] == 7
+
+
 def _philox4x32(c0, c1, key, rounds):
     """Philox 4x32 with ``rounds`` rounds (Salmon et al. 2011) in NumPy, on counters (c0, c1, 0, 0)
     and a 64-bit key: an independent reference of what ``tl.randint4x`` computes."""
@@ -898,12 +994,46 @@ def test_cpu_tensors_without_the_interpreter_fall_back_to_sdpa(monkeypatch, capl
 
 
 @cpu_only
+@pytest.mark.parametrize("arch", ["t5_v11_tiny", "ast_t5_paper_tiny"])
+def test_a_model_on_the_triton_backend_runs_under_inference_mode(arch, monkeypatch):
+    """Under torch.inference_mode tensors have no version counter: the stack's kept bias rows and the
+    cross-attention's kept mask inputs (keyed on it) are then rebuilt per call instead of raising, and
+    the output equals the one under no_grad. The placeholder tensors of unused kernel arguments, made
+    once per process, are made as normal tensors even there, so a training step after it can save them
+    for its backward."""
+    monkeypatch.setattr(tra, "_PLACEHOLDERS", {})
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    model = AstT5Model.from_dictionary(d, attention_backend="triton", arch=arch).eval()
+    g = torch.Generator().manual_seed(0)
+    src = torch.randint(4, len(d), (2, 19), generator=g)
+    src[1, -5:] = d.pad()
+    prev = torch.randint(4, len(d), (2, 11), generator=g)
+    ab.DISPATCH_COUNTS.clear()
+    with torch.inference_mode():
+        out = model(src, None, prev)[0]
+    assert ab.DISPATCH_COUNTS["triton-nobias"] == len(model.decoder.layers), dict(ab.DISPATCH_COUNTS)
+    with torch.no_grad():
+        assert (out - model(src, None, prev)[0]).abs().max() < 1e-5
+    model.train()
+    model(src, None, prev)[0].logsumexp(-1).mean().backward()
+    assert all(p.grad is not None for p in model.parameters() if p.requires_grad)
+
+
+@cpu_only
 @pytest.mark.parametrize("arch,biased_calls", [("t5_v11_tiny", 4), ("ast_t5_paper_tiny", 2)])
 def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch, biased_calls, backward):
     """Tiny models in train mode without dropout (T5 v1.1: one relative bias per stack, biased
-    causal decoder; paper: per-layer encoder bias with M = 256, bias-free decoder -> flash),
-    padded source: loss and every gradient as with sdpa, and the biased calls ran the kernel.
-    With attention dropout (paper default 0.1) the same seed gives the same output."""
+    causal decoder; paper: per-layer encoder bias with M = 256, bias-free decoder self-attention ->
+    flash), padded source: loss and every gradient as with sdpa, the biased calls ran the kernel and
+    the cross-attention over the padded source its bias-free form. With attention dropout (paper
+    default 0.1) the same seed gives the same output."""
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -924,6 +1054,7 @@ def test_tiny_model_forward_and_backward_with_the_triton_backend_equal_sdpa(arch
     loss = model(src, None, prev)[0].logsumexp(-1).mean()
     loss.backward()
     assert ab.DISPATCH_COUNTS["triton-rpe"] == biased_calls
+    assert ab.DISPATCH_COUNTS["triton-nobias"] == len(model.decoder.layers)  # cross-attention
     ref = reference(src, None, prev)[0].logsumexp(-1).mean()
     ref.backward()
     assert abs(loss.item() - ref.item()) < 1e-5
@@ -1491,6 +1622,22 @@ def test_the_far_loops_compile_for_hopper_without_serialized_products():
     assert {line["bias"] for line in lines} == {"4"}, stdout  # the band loops' gather
 
 
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_the_bias_free_kernels_compile_for_hopper_as_the_yardstick_s_loops_with_a_padding_test():
+    """``--no-bias`` (HAS_BIAS off, how the triton backend launches bias-free padded calls) beside the
+    yardstick at sm90's default tiles: no spill, wgmma not serialized, loads pipelined; the dQ kernel, whose
+    table gradient held the biased one at 2 programs per SM, at the yardstick's 4; each loop within 3.5
+    instructions per element of the yardstick's (its padding test of each tile)."""
+    stdout, lines = compile_check("--variants", "padded", "--no-bias", "--baseline")
+    by = {line["kernel"]: line for line in lines}
+    assert sorted(by) == ["base-dkdv", "base-dq", "base-fwd", "dkdv", "dq", "fwd"], stdout
+    assert {line["mma"] for line in lines} == {"wgmma"} and {line["pipe"] for line in lines} == {"yes"}, stdout
+    assert {line["ser"] for line in lines} == {"no"} and {line["stack"] for line in lines} == {"0"}, stdout
+    assert by["dq"]["occ"] == by["base-dq"]["occ"] == "4", stdout
+    for kernel in ("fwd", "dkdv", "dq"):
+        assert float(by[kernel]["i/el"]) <= float(by[f"base-{kernel}"]["i/el"]) + 3.5, stdout
+
+
 def test_wgmma_serialized_reads_ptxas_performance_warning():
     """The compile check's ``ser`` column: ptxas's C7515 note, which it prints when it makes every
     wgmma of a kernel wait for the previous one."""
@@ -1656,6 +1803,35 @@ def test_gpu_bf16_within_a_small_multiple_of_torchs_bf16_error(length, causal, p
         assert err <= 4 * own_err + 1e-3, (name, err, own_err)
 
 
+@requires_cuda
+@pytest.mark.parametrize("T,S", [(128, 500), (1000, 1000)])  # a decoder's cross-attention; a long padded call
+def test_gpu_bias_free_padded_calls_within_a_small_multiple_of_torchs_bf16_error(T, S, backward):
+    """The triton backend's bias-free call with padded keys, compiled: the kernels without a bias ran (not
+    flash, not the interpreter), and output and q, k, v gradients are within a small multiple of PyTorch's
+    own bf16 error against the fp32 reference; with dropout 0.1, the reference under the kernels' mask."""
+    q, k, v, _, kpm = make(2, 4, T, S, 64, 4, dtype=torch.bfloat16, pad=True, device="cuda")
+    grad = torch.randn(q.shape, device="cuda").bfloat16()
+    zero = torch.zeros(4, 3, device="cuda")
+
+    def ref_fn(*x, keep=None, p=0.0):
+        return tra.reference_attention(*x, zero.to(x[0].dtype), key_padding_mask=kpm, keep_mask=keep, dropout_p=p)
+
+    ab.DISPATCH_COUNTS.clear()
+    got = fwd_bwd(lambda *x: ab.attention(*x, key_padding_mask=kpm, backend="triton"), [q, k, v], grad)
+    assert ab.DISPATCH_COUNTS["triton-nobias"] == 1 and not tra.INTERPRETED, dict(ab.DISPATCH_COUNTS)
+    ref = fwd_bwd(ref_fn, [t.detach().float().requires_grad_() for t in (q, k, v)], grad.float())
+    own = fwd_bwd(ref_fn, [t.detach().requires_grad_() for t in (q, k, v)], grad)
+    for name, err, own_err in zip("out dq dk dv".split(), max_errors(got, ref), max_errors(own, ref)):
+        assert err <= 4 * own_err + 1e-3, (name, err, own_err)
+    torch.manual_seed(3)
+    got = fwd_bwd(lambda *x: ab.attention(*x, key_padding_mask=kpm, dropout_p=0.1, backend="triton"), [q, k, v], grad)
+    torch.manual_seed(3)
+    keep = tra.dropout_keep_mask(tra._draw_seed(q.device), 2, 4, T, S, 0.1)
+    ref = fwd_bwd(lambda *x: ref_fn(*x, keep=keep, p=tra.effective_dropout_p(0.1)),
+                  [t.detach().float().requires_grad_() for t in (q, k, v)], grad.float())
+    assert max(max_errors(got, ref)) < 3e-2
+
+
 def _compiled_kernels(fn) -> list:
     """The kernels Triton's JIT compiled for ``fn`` in this process (its per-device caches: a
     tuple whose first item maps specializations to compiled kernels, in Triton 3.x)."""
@@ -1754,6 +1930,7 @@ def test_gpu_tiny_model_trains_one_step_on_the_triton_kernel(backward):
     loss.backward()
     opt.step()
     assert ab.DISPATCH_COUNTS["triton-rpe"] >= 4, dict(ab.DISPATCH_COUNTS)
+    assert ab.DISPATCH_COUNTS["triton-nobias"] == len(model.decoder.layers), dict(ab.DISPATCH_COUNTS)
     assert torch.isfinite(loss) and any(not torch.equal(a, b) for a, b in zip(before, model.parameters()))
 
 

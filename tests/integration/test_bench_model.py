@@ -143,7 +143,9 @@ def test_every_compiled_model_compiles_its_own_graphs_however_many_are_compared(
                 assert row["compile_s"] > 0 and "compile_note" not in row, (dropout, name, row)
             # the eager first forward's calls: 2 encoder, 2 x 2 decoder (flex runs the encoder's at dropout 0)
             assert sum(row["kernels"].values()) == 6, (dropout, name, row)
-    assert "recompile_limit" not in caplog.text
+    # dynamo's warning when a function hits the limit (our own INFO line saying the bench raised the limit
+    # is caught too where an earlier test set the root logger to INFO)
+    assert "hit config." not in caplog.text
     # after each dropout's compiles, then after its timing
     assert [(sorted(f["by_dropout"]), [r.get("partial") is not None for r in f["by_dropout"].values()])
             for f in saved] == [(["dropout 0"], [True]), (["dropout 0"], [False]),

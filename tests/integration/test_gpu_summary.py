@@ -240,6 +240,24 @@ def test_the_yardstick_row_reads_against_the_triton_row_and_flash(tmp_path):
     assert "triton-baseline kernels: _base_dkdv_kernel 0.400, _base_fwd_kernel 0.200" in out
 
 
+def test_the_bias_free_rows_read_against_the_triton_backend_s_bias_free_kernels(tmp_path):
+    """bench_attention's triton-nobias row (the triton backend's bias-free call: its kernels without a bias
+    when padded): beside the other bias-free rows, each with the kernel that ran, and its speed-up over the
+    best of them; no line without the row."""
+    figures = {"attention": {"device_name": "NVIDIA H200", "rows": [
+        row("triton-nobias", 0.0, True, 1.0, host_ms=0.5, graph_ms=0.7, ran="triton-nobias"),
+        row("flash-nobias", 0.0, True, 3.0, graph_ms=1.3, ran="torch-varlen"),
+        row("sdpa-nobias", 0.0, True, 2.4, ran="sdpa-masked-no-cudnn"),
+        row("flash-nobias", 0.1, True, 0.8)]}}
+    proc = run(tmp_path, figures)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert ("    bias-free: triton-nobias 1.000 (host 0.500, graph 0.700) (ran triton-nobias), flash-nobias 3.000 "
+            "(graph 1.300) (ran torch-varlen), sdpa-nobias 2.400 (ran sdpa-masked-no-cudnn); 2.40x the best other "
+            "(sdpa-nobias)") in out
+    assert out.count("bias-free: ") == 1
+
+
 def test_a_call_that_measured_little_still_reads_and_a_bad_file_says_why(tmp_path):
     proc = run(tmp_path, {"steps": {"build": {"exit": 1, "seconds": 5}}})
     assert proc.returncode == 0 and "steps: build 1 (5 s)" in proc.stdout and "attention" not in proc.stdout
