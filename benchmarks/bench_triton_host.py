@@ -16,7 +16,11 @@ count stands for). Two ways of calling, side by side in one run:
   bench_attention.py's rows and any caller without a stack do;
 - ``stack``: --layers layers sharing one `FoldedBias` (`attention_backends.fold_masks` once, then
   `attention` per layer), the model's path, where the layers after the first reuse the bias rows
-  and padding counts (`triton_rpe_attention.SharedInputs`).
+  and padding counts (`triton_rpe_attention.SharedInputs`);
+- ``cross`` (padded calls only): --layers bias-free calls over one padded mask (`attention` with
+  ``backend="triton"``, no bias: a decoder's cross-attention layers), which run the kernels without
+  a bias and keep the mask's inputs for the layers after the first. Its mask is a new tensor in each
+  timed pass, as each step's is.
 
 For each: the median host ms per layer call (forward and backward, the gradient reaching q, k, v
 and the per-distance table) and the PyTorch operations per layer call (aten operations seen by a
@@ -100,8 +104,9 @@ def _inputs(args):
 
 
 def measure(args) -> dict:
-    """{"call": ..., "stack": ...}: each with ``ms_per_call`` (median host ms per layer call, fwd+bwd)
-    and ``ops_per_call`` (PyTorch operations per layer call, views left out), kernels not run."""
+    """{"call": ..., "stack": ..., "cross": ... (padded only)}: each with ``ms_per_call`` (median host ms
+    per layer call, fwd+bwd) and ``ops_per_call`` (PyTorch operations per layer call, views left out),
+    kernels not run."""
     from ast_t5.modules import attention_backends as ab
     from ast_t5.modules import triton_rpe_attention as tra
 
@@ -127,15 +132,22 @@ def measure(args) -> dict:
         outs = [ab.attention(q, k, v, bias=folded, dropout_p=args.dropout, backend="triton") for q, k, v in qkv]
         torch.autograd.grad(outs, leaves, [grad] * layers)
 
+    def cross():  # a decoder's bias-free cross-attention over one padded source: the mask's inputs kept
+        mask = pad.clone()  # a new mask tensor per pass, as each step's
+        outs = [ab.attention(q, k, v, key_padding_mask=mask, dropout_p=args.dropout, backend="triton")
+                for q, k, v in qkv]
+        torch.autograd.grad(outs, leaves[:-1], [grad] * layers)
+
+    paths = (("call", call), ("stack", stack)) + ((("cross", cross),) if pad is not None else ())
     results = {}
     try:
-        for name, fn in (("call", call), ("stack", stack)):
+        for name, fn in paths:
             fn()  # warm-up (caches, the first call's checks)
             with _CountOps() as counter:
                 fn()
             results[name] = dict(ops_per_call=len(counter.ops) / layers, samples=[])
         for _ in range(args.repeats):  # interleaved, so that a drift of the machine's speed hits both
-            for name, fn in (("call", call), ("stack", stack)):
+            for name, fn in paths:
                 t0 = time.perf_counter()
                 fn()
                 results[name]["samples"].append((time.perf_counter() - t0) * 1000.0 / layers)
