@@ -364,13 +364,21 @@ def flex_block_mask(key_padding_mask: Optional[torch.Tensor], causal: bool, q_le
 _LAST_BLOCK_MASK = [None, None]  # [key, BlockMask]: the paper's per-layer tables share one mask
 
 
+def tensor_version(t: torch.Tensor) -> Optional[int]:
+    """``t``'s version counter (bumped by every in-place change), or None for a tensor made under
+    torch.inference_mode, which has none: then nothing derived from it is kept for later calls."""
+    return None if t.is_inference() else t._version
+
+
 def _shared_block_mask(key_padding_mask, causal, q_len, k_len, device):
     """`flex_block_mask`, reused while the same padding tensor comes back (eager only: the layers
     of one forward pass each fold their own table but share the padding mask)."""
     if torch.compiler.is_compiling():
         return flex_block_mask(key_padding_mask, causal, q_len, k_len, device)
-    key = (key_padding_mask, None if key_padding_mask is None else key_padding_mask._version,
-           causal, q_len, k_len, str(device))
+    version = None if key_padding_mask is None else tensor_version(key_padding_mask)
+    if key_padding_mask is not None and version is None:  # an inference tensor: nothing kept
+        return flex_block_mask(key_padding_mask, causal, q_len, k_len, device)
+    key = (key_padding_mask, version, causal, q_len, k_len, str(device))
     cached_key = _LAST_BLOCK_MASK[0]
     if cached_key is not None and cached_key[0] is key[0] and cached_key[1:] == key[1:]:
         return _LAST_BLOCK_MASK[1]
@@ -436,7 +444,7 @@ def _triton_nobias(q, k, v, key_padding_mask, causal, dropout_p, scale, packed_q
     padding counts) are kept for the next call with the same, unchanged mask tensor: a decoder's
     layers pass the encoder's one mask to their cross-attention, so its stack builds them once.
     (Not under torch.compile, where inductor fuses them into the graph.)"""
-    from .triton_rpe_attention import SharedInputs, tensor_version, triton_rpe_attention
+    from .triton_rpe_attention import SharedInputs, triton_rpe_attention
 
     _count("triton-nobias")
     shared = None

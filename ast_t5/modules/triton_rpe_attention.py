@@ -173,6 +173,8 @@ from typing import Optional
 
 import torch
 
+from .attention_backends import tensor_version
+
 try:
     import triton
     import triton.language as tl
@@ -1343,12 +1345,6 @@ class SharedInputs:
         if version is not None:
             self._rows = (per_distance, version, (T, S, pad), rows, offset)
         return rows, offset
-
-
-def tensor_version(t: torch.Tensor) -> Optional[int]:
-    """``t``'s version counter (bumped by every in-place change), or None for a tensor made under
-    torch.inference_mode, which has none (then nothing derived from it is kept)."""
-    return None if t.is_inference() else t._version
 
 
 def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:

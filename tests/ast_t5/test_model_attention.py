@@ -387,7 +387,9 @@ def test_flex_with_dropout_falls_back_to_sdpa_with_the_same_result(case):
 def test_flex_forward_in_the_model_matches_eager_and_compiles_once_per_graph():
     """Tiny T5 v1.1 on CPU, eval: encoder (bias + padding block mask) and decoder (bias + causal)
     through FlexAttention equal the eager reference; the second layer and a second forward with
-    other tokens reuse the compiled graphs. (FlexAttention compiles forward on CPU: ~20 s each.)"""
+    other tokens reuse the compiled graphs; under torch.inference_mode too (the mask kept for the layers
+    was keyed on its version counter, which inference tensors lack). (FlexAttention compiles forward on
+    CPU: ~20 s each.)"""
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -413,6 +415,8 @@ def test_flex_forward_in_the_model_matches_eager_and_compiles_once_per_graph():
         src2 = src.flip(0)  # other padding per row, same shapes
         assert (model(src2, None, prev)[0] - reference(src2, None, prev)[0]).abs().max() < 1e-4
         assert counters["stats"]["unique_graphs"] == graphs  # no recompilation
+    with torch.inference_mode():  # an inference tensor's mask has no version counter to key the kept block mask on
+        assert (model(src, None, prev)[0] - out).abs().max() < 1e-6
 
 
 # --------------------------------------------------------------- GPU: fast paths must really run
