@@ -39,7 +39,9 @@
 #                    (150 s cut the fourth condition on the H200)          210   60  attention.log
 #   bench_model      bench_model.py --device cuda --skip-cpu: the T5-base
 #                    step, auto vs each single backend at dropout 0 and
-#                    0.1, and HF (issue 10's auto target; 139 s on the H200) 180   90  bench_model.log
+#                    0.1, and HF (issue 10's auto target; 139 s on the H200,
+#                    before the triton rows' cross-attention had its own
+#                    bias-free kernels to compile, ~12 more)               210   90  bench_model.log
 #   bench_model_compiled  the same step compiled (inductor, compile_scope layers:
 #                    a third of the whole forward's compile), dropout 0 as the
 #                    recipes train: auto (sdpa on sm90) against the triton
@@ -270,7 +272,7 @@ run bench_train              400 200 bench_train.log "$PY" benchmarks/bench_trai
   --json "$JSON/train.json"
 run bench_attention          210  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
   --kernel-times --graph --json "$JSON/attention.json"
-run bench_model              180  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
+run bench_model              210  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --json "$JSON/model.json"
 run bench_model_compiled     240 150 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
   --gpu-compile --gpu-compile-scope layers --gpu-backends triton --gpu-dropouts 0 --gpu-no-hf \
