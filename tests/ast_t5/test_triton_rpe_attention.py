@@ -790,8 +790,7 @@ def test_bias_free_calls_run_the_kernels_without_a_bias(case, p, backward, monke
 
 
 @cpu_only
-def test_bias_free_padded_calls_of_the_triton_backend_run_its_kernels_and_share_the_mask_inputs(monkeypatch,
-                                                                                                caplog):
+def test_bias_free_padded_calls_of_the_triton_backend_run_its_kernels_and_share_the_mask_inputs(monkeypatch):
     """`attention(backend="triton")` without a bias: padded keys go to the kernels without a bias (counted
     "triton-nobias"), equal to the torch backend in output and gradients; the mask's kernel inputs are
     built once for the calls that pass the same unchanged mask tensor (a decoder's cross-attention
@@ -991,6 +990,15 @@ def test_cpu_tensors_without_the_interpreter_fall_back_to_sdpa(monkeypatch, capl
     with caplog.at_level("INFO", logger=ab.logger.name):
         ab.attention(q, k, v, bias=RelativeBias(table, 9, 9), backend="triton")
     assert ab.DISPATCH_COUNTS["sdpa"] == 1 and ab.DISPATCH_COUNTS["triton-rpe"] == 0
+    # a bias-free padded call: to flash (on CPU, without a varlen kernel, SDPA with the mask), said once
+    ab.DISPATCH_COUNTS.clear()
+    pad = torch.zeros(1, 9, dtype=torch.bool)
+    pad[0, -2:] = True
+    with caplog.at_level("INFO", logger=ab.logger.name):
+        out = ab.attention(q, k, v, key_padding_mask=pad, backend="triton")
+    assert ab.DISPATCH_COUNTS["triton-nobias"] == 0 and ab.DISPATCH_COUNTS["sdpa"] == 1
+    assert "-> flash for bias-free calls with padded keys" in caplog.text
+    assert (out - ab.attention(q, k, v, key_padding_mask=pad, backend="torch")).abs().max() < 1e-5
 
 
 @cpu_only
