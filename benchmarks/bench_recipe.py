@@ -158,6 +158,17 @@ def compile_totals(text: str):
     return len(found), (float(found[-1][1]) if found else 0.0)
 
 
+# the model's note on a compilation's graphs found in inductor's on-disk cache (a rerun on the same
+# machine, or bench_train.py after this benchmark): its seconds are then a load, not a compilation
+CACHE_NOTE = re.compile(r"torch\.compile: new graph .*; inductor's cache: ([0-9]+) of ([0-9]+) graphs loaded")
+
+
+def compile_cache(text: str):
+    """(graphs loaded from inductor's cache, graphs looked up there) over the whole run."""
+    found = [(int(hits), int(lookups)) for hits, lookups in CACHE_NOTE.findall(text)]
+    return sum(h for h, _ in found), sum(n for _, n in found)
+
+
 # torch's warning when a function has as many graphs as torch._dynamo.config.recompile_limit
 # (older torch: cache_size_limit): from then on, inputs no graph fits run eagerly
 RECOMPILE_LIMIT_LINE = re.compile(r"hit config\.(?:recompile_limit|cache_size_limit)")
@@ -215,6 +226,8 @@ def format_summary(args, summary: Dict, seconds: float) -> str:
              f"(after the first; without the {summary['records_with_compiles']} that compiled a graph "
              f"unless all did)",
              f"torch.compile: {summary.get('compiled_graphs', 0)} graphs, {summary.get('compile_seconds', 0.0):.0f} s"
+             + (f" ({summary['compile_cache_hits']} of {summary['compile_cache_lookups']} inductor graphs loaded "
+                "from its cache)" if summary.get("compile_cache_lookups") else "")
              + (f"; torch's recompile limit hit {summary['recompile_limit_hits']} times (later shapes ran eagerly)"
                 if summary.get("recompile_limit_hits") else ""),
              f"updates/s {fmt(summary['ups'], '.3f')}   source tokens/s {fmt(summary['src_wps'], ',.0f')}   "
@@ -287,6 +300,7 @@ def main(argv=None) -> int:
     records = parse_records(output)
     summary = summarize(records, count_ooms(output), gpu_total_gib() if args.device == "cuda" else None)
     summary["compiled_graphs"], summary["compile_seconds"] = compile_totals(output)
+    summary["compile_cache_hits"], summary["compile_cache_lookups"] = compile_cache(output)
     summary["recompile_limit_hits"] = recompile_limit_hits(output)
     summary.update(exit=returncode, seconds=seconds, config=args.config, run_config=args.run_config,
                    updates=args.updates, log_interval=args.log_interval, overrides=args.override,

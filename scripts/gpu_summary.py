@@ -200,6 +200,11 @@ def model_lines(payload: Dict) -> List[str]:
     return lines
 
 
+def _cache_note(hits, lookups) -> str:
+    """How many of a compilation's graphs inductor loaded from its on-disk cache, where it looked."""
+    return f", {hits} of {lookups} graphs from inductor's cache" if lookups else ""
+
+
 def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
     """Issue 11's targets: the recipe's MFU (>= 40%, no OOM recovery) and the trainer against Hugging
     Face (>= 1.5x tokens/s at no more peak memory)."""
@@ -220,10 +225,14 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
                      f"{'met' if mfu is not None and mfu >= 40 else 'not met'}), OOM recoveries "
                      f"{ooms} (target none: {oom_verdict}), recompile-limit hits {r.get('recompile_limit_hits')}, "
                      f"peak {_ms(r.get('peak_gib'))} GiB, compile {r.get('compiled_graphs', '?')} graphs "
-                     f"{r.get('compile_seconds', 0.0):.0f} s")
+                     f"{r.get('compile_seconds', 0.0):.0f} s"
+                     + _cache_note(r.get("compile_cache_hits"), r.get("compile_cache_lookups")))
     if isinstance(train, dict) and isinstance(train.get("ours"), dict):
         ours, hf = train["ours"], train.get("hf") or {}
         text = f"bench_train: ours {ours.get('tokens_per_s', 0):.0f} tokens/s, MFU {100 * ours.get('mfu', 0):.1f}%"
+        if ours.get("compile_seconds"):
+            hits, misses = ours.get("compile_cache_hits") or 0, ours.get("compile_cache_misses") or 0
+            text += f" (compile {ours['compile_seconds']:.0f} s{_cache_note(hits, hits + misses)})"
         if train.get("partial"):  # the run stopped before Hugging Face's figures: no ratio
             text += f" ({train['partial']}; no comparison)"
         if train.get("ratio_tokens_per_s") is not None:

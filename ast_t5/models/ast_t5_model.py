@@ -18,7 +18,9 @@ so real positions see exactly what they saw before), so the graphs see a bounded
 the batch and length dimensions are marked dynamic from the first graph on (``compile_dynamic``,
 default true; false leaves them to torch's automatic dynamic shapes, which compiles a first graph
 static for the first batch's exact shape and recompiles at the first change, one full compilation
-more). Every compilation is logged with its wall time. Only forwards
+more). Every compilation is logged with its wall time and, with inductor, how many of its graphs
+came from inductor's on-disk cache (a rerun on the same machine and software loads them: seconds,
+not minutes; `_inductor_cache_counts`). Only forwards
 with gradients are compiled: validation and scoring (``torch.no_grad``) run eagerly, since grad
 mode is a guard of the compiled graphs and would double them. The encoder and decoder called on
 their own (generation, incremental decoding, export) stay eager too.
@@ -47,7 +49,7 @@ shape).
 """
 import logging
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -76,6 +78,10 @@ class AstT5Model(FairseqEncoderDecoderModel):
         self.cfg = cfg
         self._compiled_forward = None
         self.compile_seconds = 0.0  # total wall time of the calls that compiled a graph
+        # graphs of those calls that inductor loaded from its on-disk cache (a rerun, or another process
+        # that compiled the same model before on this machine), and those it compiled
+        self.compile_cache_hits = 0
+        self.compile_cache_misses = 0
         # compile_dynamic: mark the compiled inputs' dimensions dynamic in this forward (`_mark_dynamic`;
         # with compile_scope=layers `_mark_all_dynamic`, about 8 ms of host time per T5-base step on a
         # CPU core): in the first one, after any forward that compiled a graph until one compiles
@@ -113,7 +119,7 @@ class AstT5Model(FairseqEncoderDecoderModel):
                 self._compiled_forward = torch.compile(_call_layer, backend=self.cfg.compile_backend)
             else:
                 self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
-        graphs = _compiled_graph_count()
+        graphs, cache = _compiled_graph_count(), _inductor_cache_counts()
         start = time.perf_counter()
         lengths = (src.size(1), prev.size(1))
         mark = self.cfg.compile_dynamic and (self._mark_inputs or lengths not in self._seen_lengths)
@@ -129,9 +135,13 @@ class AstT5Model(FairseqEncoderDecoderModel):
         if compiled_now:
             seconds = time.perf_counter() - start
             self.compile_seconds += seconds
+            hits, misses = (now - before for now, before in zip(_inductor_cache_counts(), cache))
+            self.compile_cache_hits += hits
+            self.compile_cache_misses += misses
             logger.info("torch.compile: new graph for batch %d x source %d / target %d (%s) in %.1f s "
-                        "(%.1f s in all)", src.size(0), src.size(1), prev.size(1),
-                        "training" if self.training else "eval", seconds, self.compile_seconds)
+                        "(%.1f s in all)%s", src.size(0), src.size(1), prev.size(1),
+                        "training" if self.training else "eval", seconds, self.compile_seconds,
+                        f"; inductor's cache: {hits} of {hits + misses} graphs loaded" if hits + misses else "")
         return (x[:, :tgt_len] if x.size(1) != tgt_len else x), extra
 
     def _eager_forward(self, src_tokens, src_lengths, prev_output_tokens, **kwargs):
@@ -354,6 +364,18 @@ def _call_layer(layer, *args):
     modules (the default since 2.5), a layer's parameters are the graph's inputs, not its constants,
     so the 12 layers of a stack share one graph."""
     return layer(*args)
+
+
+def _inductor_cache_counts() -> Tuple[int, int]:
+    """(hits, misses) of inductor's FX graph cache in this process: a compiled forward or backward
+    graph found in its on-disk cache (``TORCHINDUCTOR_CACHE_DIR``, by default under the system's
+    temporary folder) is loaded instead of compiled, which makes a rerun's compilation seconds, not
+    minutes. Dynamo's counters (not public API); (0, 0) without them or with other backends."""
+    try:
+        from torch._dynamo.utils import counters
+        return int(counters["inductor"]["fxgraph_cache_hit"]), int(counters["inductor"]["fxgraph_cache_miss"])
+    except Exception:
+        return 0, 0
 
 
 def _compiled_graph_count() -> int:

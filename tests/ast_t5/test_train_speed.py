@@ -611,3 +611,35 @@ def test_bench_train_refuses_to_compare_models_with_different_dropout(tmp_path, 
     assert bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1",
                              "--override", "++model.attention_dropout=0.1", "--json", str(out)]) == 2
     assert "one dropout_rate" in capsys.readouterr().out and not out.exists()
+
+
+def test_a_compilation_says_how_many_graphs_inductor_loaded_from_its_cache(tmp_path, monkeypatch, caplog):
+    """A second model of the same shapes (a rerun, or bench_train.py after bench_recipe.py on one
+    machine) loads the first one's graphs from inductor's on-disk cache, and the compile log says so:
+    its seconds are a load, not a compilation. Real inductor (CPU kernels), in a fresh cache folder."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"w{i}")
+    src, prev = torch.randint(4, len(d), (2, 20)), torch.randint(4, len(d), (2, 6))
+    models = []
+    with caplog.at_level(logging.INFO, logger="ast_t5.models.ast_t5_model"):
+        for seed in (0, 1):  # other weights, the same shapes: the same graphs
+            torch.manual_seed(seed)
+            torch._dynamo.reset()
+            model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0,
+                                               compile=True, compile_backend="inductor").train()
+            model(src, torch.full((2,), 20), prev)[0].float().mean().backward()
+            models.append(model)
+    first, second = models
+    assert first.compile_cache_hits == 0 and first.compile_cache_misses >= 2  # forward and backward graphs
+    assert second.compile_cache_hits == first.compile_cache_misses and second.compile_cache_misses == 0
+    logged = [r.getMessage() for r in caplog.records if "new graph" in r.getMessage()]
+    assert len(logged) == 2
+    assert logged[0].endswith(f"; inductor's cache: 0 of {first.compile_cache_misses} graphs loaded")
+    assert logged[1].endswith(f"; inductor's cache: {second.compile_cache_hits} of {second.compile_cache_hits} "
+                              "graphs loaded")

@@ -99,6 +99,11 @@ def test_records_and_oom_recoveries_are_read_from_the_output(bench):
     assert summary["oom_recoveries"] == 1 and summary["ups"] == 4.0 and summary["mfu"] == pytest.approx(42.1)
     assert summary["last_update"] == 80 and summary["peak_gib"] is None
     assert bench.compile_totals(text) == (2, 61.5)
+    assert bench.compile_cache(text) == (0, 0)  # no graph looked up in inductor's cache (aot_eager, eager)
+    # a rerun on the same machine: the model notes the graphs inductor loaded from its on-disk cache
+    rerun = "\n".join([compiled.format(6.2, 6.2) + "; inductor's cache: 2 of 2 graphs loaded",
+                       compiled.format(30.0, 36.2) + "; inductor's cache: 1 of 2 graphs loaded"])
+    assert bench.compile_totals(rerun) == (2, 36.2) and bench.compile_cache(rerun) == (3, 4)
     assert bench.recompile_limit_hits(text) == 1 and bench.recompile_limit_hits(text.replace("hit config", "")) == 0
 
 
@@ -107,3 +112,22 @@ def test_usage_errors(bench):
         bench.parse_args(["--config", "no_such_config"])
     with pytest.raises(SystemExit):
         bench.parse_args(["--updates", "4", "--log-interval", "4"])
+
+
+def test_bench_train_builds_the_recipes_model_shapes_on_cuda(bench, pretrain_data, tmp_path, monkeypatch):
+    """bench_train.py's GPU vocabulary is the dictionary of the corpus bench_recipe.py makes on CUDA
+    (its pieces plus the preprocessing's default sentinels, which bench_recipe does not change), so
+    that after the recipe on one machine the trainer's compilation loads the recipe's graphs from
+    inductor's cache. A preprocessed dictionary holds exactly pieces + sentinels symbols."""
+    from fairseq.data import Dictionary
+
+    from ast_t5_preprocess.tokenizer import DEFAULT_NUM_SENTINELS
+
+    bench_train = load_benchmark("bench_train")
+    assert len(Dictionary.load(f"{pretrain_data}/dict.txt")) == 800 + 32  # the fixture's --vocab-size, --num-sentinels
+    commands = []
+    monkeypatch.setattr(bench.subprocess, "run", lambda cmd, **kw: commands.append(cmd) or
+                        bench.subprocess.CompletedProcess(cmd, 0, "", ""))
+    bench.default_corpus(str(tmp_path), bench.DEFAULTS["cuda"][4], 1)
+    assert "--vocab-size" in commands[0] and "--num-sentinels" not in commands[0]  # the default sentinels
+    assert bench_train.SHAPES["cuda"][1] == bench.DEFAULTS["cuda"][4] + DEFAULT_NUM_SENTINELS == 32256

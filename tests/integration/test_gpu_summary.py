@@ -43,8 +43,9 @@ FIGURES = {
     "recipe": {"summary": {"config": "base", "run_config": "single_gpu", "last_update": 200, "ups": 2.5,
                            "mfu": 31.2, "oom_recoveries": 0, "recompile_limit_hits": 0, "peak_gib": 70.5,
                            "updates": 200, "steady_records": 8, "compiled_graphs": 1, "compile_seconds": 136.4,
-                           "timed_out": False}},
-    "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33}, "hf": {"tokens_per_s": 150000.0},
+                           "compile_cache_hits": 0, "compile_cache_lookups": 2, "timed_out": False}},
+    "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33, "compile_seconds": 14.2, "compile_cache_hits": 2,
+                       "compile_cache_misses": 0}, "hf": {"tokens_per_s": 150000.0},
               "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9,
               "profile": {"gpu_kernel_kinds": {"shares": {"matrix products": 0.55, "attention": 0.25, "other": 0.2},
                                                "busy_of_span": 0.874}}},
@@ -104,9 +105,10 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "ours[triton] 59 s (ours[triton] faster compiled: evidence for a compiled row of AUTO_TABLE)") in out
     assert ("recipe base + single_gpu: 200 of 200 updates, 2.500 updates/s (median of 8 records), MFU 31.2% "
             "(target >= 40%: not met), OOM recoveries 0 (target none: met), recompile-limit hits 0, "
-            "peak 70.500 GiB, compile 1 graphs 136 s") in out
-    assert ("bench_train: ours 300000 tokens/s, MFU 33.0%; HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: "
-            "met), peak memory ours / HF 0.90x") in out
+            "peak 70.500 GiB, compile 1 graphs 136 s, 0 of 2 graphs from inductor's cache") in out
+    # bench_train after the recipe on one machine: our graphs loaded from inductor's cache, said so
+    assert ("bench_train: ours 300000 tokens/s, MFU 33.0% (compile 14 s, 2 of 2 graphs from inductor's cache); "
+            "HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: met), peak memory ours / HF 0.90x") in out
     assert ("bench_train GPU time by kind of kernel (GPU busy 87% of the update's span): matrix products 55.0%, "
             "attention 25.0%, other 20.0%") in out
     assert ("adamw_scale step (t5_v11_base, 248M fp32): foreach 9.500 ms, fused 3.100 ms (3.06x; the fused "
