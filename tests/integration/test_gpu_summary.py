@@ -20,7 +20,8 @@ FIGURES = {
         row("triton-fused", 0.0, False, 1.6), row("triton-frozen", 0.0, False, 1.5),
         row("triton-one-loop", 0.0, False, 1.25), row("triton-far-all", 0.0, False, 1.6),
         row("sdpa-prebuilt", 0.0, False, 2.6), row("flash-nobias", 0.0, False, 0.7),
-        row("triton", 0.1, False, 2.5), row("triton-fused", 0.1, False, 2.0), row("sdpa-prebuilt", 0.1, False, 3.0),
+        row("triton", 0.1, False, 2.5, graph_ms=1.6), row("triton-fused", 0.1, False, 2.0),
+        row("sdpa-prebuilt", 0.1, False, 3.0, graph_ms=3.2),
         row("triton-bits", 0.1, False, 1.25),
         row("triton", 0.0, True, 1.9), row("triton-fused", 0.0, True, None)]},
     "attention_lengths": {"rows": [row("triton", 0.0, False, 0.6, length=512),
@@ -89,6 +90,9 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert "triton 2.000 (host" not in out and "flash bias-free 0.700, " not in out
     assert out.count("    1.0 ms target, triton row: ms 2.000 (not met), graph ms n/a\n") == 1
     assert out.count("1.0 ms target, triton row:") == 3  # one per condition at 1024, none at 512
+    # the dropout target on the GPU's time alone, where both rows have a CUDA graph's replay
+    assert out.count("2x target, GPU time alone") == 1
+    assert "    2x target, GPU time alone (CUDA graphs): sdpa-prebuilt 3.200 / triton 1.600 = 2.00x\n" in out
     assert "attention at T=S=512" in out and out.count("target <= 1.0 ms") == 1
     assert "    n/a: flex: FailOnRecompileLimitHit: limit" in out  # why a row is n/a, at any length
     assert "triton kernels: _bwd_dq_kernel 0.900, _fwd_kernel 0.500" in out
