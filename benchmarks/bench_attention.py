@@ -49,6 +49,12 @@ gradient reaching the table, as in the model:
 - triton-frozen: the triton row with the bucket table frozen (no table gradient: the dQ kernel
   without its per-distance reduction): what that reduction costs. It leaves out work, so it never
   wins a condition;
+- triton-prebuilt: the triton row timed as sdpa-prebuilt is, as a stack's layers call it: the stack's
+  inputs (the per-distance bias rows and the padding counts, which the model builds once for its 12
+  layers) are built by the first call and reused by the timed ones; each call runs the layer's kernels
+  and the whole table gradient. Against the triton row (which builds them per call): what that
+  per-stack work costs the host per call; against sdpa-prebuilt (``x pre``): the like-for-like
+  comparison of the targets' base. It leaves that work out, so it never wins a condition;
 - triton-baseline: the yardstick (`benchmarks/triton_flash_baseline.py`): bias-free FlashAttention-2
   in Triton at the triton backend's tiles, right padding as each row's end of keys, no dropout (n/a
   with it). triton - baseline is what the bias, the table gradient and the backend's host work cost;
@@ -113,8 +119,8 @@ from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
-            "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "triton-baseline",
-            "auto", "flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias")
+            "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "triton-prebuilt",
+            "triton-baseline", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias", "eager-nobias")
 BASELINE = "triton-baseline"  # bias-free like NOBIAS (same reference), but no backend: never a winner
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
@@ -123,8 +129,9 @@ OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-
                "triton": ("triton-rpe",)}  # every triton row (TRITON_ROWS) too
 # the triton backend's rows and the settings of triton_rpe_attention each runs with (BACKWARD, FAR_LOOPS,
 # DROPOUT_MASK; the rest at the module's defaults, as the triton row); a tile row is one of them (not
-# triton-frozen) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
+# triton-frozen or triton-prebuilt) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
 TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": "none"}, "triton-frozen": {},
+               "triton-prebuilt": {},
                "triton-one-loop": {"FAR_LOOPS": "none"},
                "triton-fused-one-loop": {"BACKWARD": "fused", "FAR_LOOPS": "none"},
                "triton-far": {"FAR_LOOPS": "backward"}, "triton-far-all": {"FAR_LOOPS": "all"},
@@ -136,8 +143,11 @@ TILE_PREFIXES = ("fused", "one-loop", "far", "far-all")  # --triton-blocks prefi
 LOOP_PREFIXES = ("one-loop", "far", "far-all")  # FAR_LOOPS none, backward, all: one of them at most
 # triton-far is the triton row's structure (FAR_LOOPS' default since 2026-11-27) named explicitly
 DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b not in ("triton-far", "triton-far-all"))
-# rows that leave out part of the work (the table gradient's reduction): compared, never a winner
-PARTIAL = ("sdpa-prebuilt", "triton-frozen")
+# rows that leave out part of the work (the table gradient's reduction; the stack's inputs, built outside
+# the timed call): compared, never a winner
+PARTIAL = ("sdpa-prebuilt", "triton-frozen", "triton-prebuilt")
+# triton rows whose call is not the structured one of `step_fn` (settings, tiles)
+OWN_CALL_ROWS = ("triton", "triton-frozen", "triton-prebuilt")
 GRAPH_WARMUP = 3  # --graph: calls on a side stream before the capture (allocations, compilation, autotuning)
 # --graph's rows: ours (whose host and GPU time we need apart), and the lower bound and base they are
 # read against; the dense rows (tens of ms per call: GPU-bound, and a capture costs as much again) are left out
@@ -288,7 +298,7 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
             return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))
         return run if backward else _without_grad(run)
     base, _, tiles = name.partition(":")
-    if base in TRITON_ROWS and base not in ("triton", "triton-frozen") or (base == "triton" and tiles):
+    if base in TRITON_ROWS and base not in OWN_CALL_ROWS or (base == "triton" and tiles):
         # settings (BACKWARD, FAR_LOOPS, DROPOUT_MASK) and/or tiles under test (--triton-blocks)
         from ast_t5.modules import triton_rpe_attention as tra
 
@@ -324,6 +334,26 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
             grads = torch.autograd.grad(out, [*leaves, dense], grad_out)
             return out, [*grads[:3], None]  # no table gradient to compare
         return run_prebuilt if backward else _without_grad(run_prebuilt)
+    if name == "triton-prebuilt":
+        # the triton row as a stack's layers call it, timed as sdpa-prebuilt is: the stack's inputs (the
+        # per-distance bias rows and the padding counts: `fold_masks` and the first call's `SharedInputs`,
+        # kept by `folded`) are built by the first call and reused by the timed ones, as the model's 12
+        # layers reuse them; each call runs the layer's kernels and returns the whole table gradient (the
+        # kernels' per-distance sums, then the distances' scatter to the buckets: in the model once per
+        # stack, here per call)
+        rel = table(length, length)
+        distances = rel.per_distance.detach().requires_grad_(backward)
+        folded, _, _ = ab.fold_masks("triton", rel._replace(per_distance=distances), pad, False, dtype=dtype)
+
+        def run_prebuilt_triton():
+            out = ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton")
+            if not backward:
+                return out, []
+            *grads, per_distance = torch.autograd.grad(out, [*leaves, distances], grad_out)
+            table_grad, = torch.autograd.grad(rel.per_distance, table.embedding.weight, per_distance,
+                                              retain_graph=True)
+            return out, [*grads, table_grad]
+        return run_prebuilt_triton if backward else _without_grad(run_prebuilt_triton)
     if name == "triton-frozen":
         # the triton row with the bucket table frozen: no table gradient, so the dQ kernel runs without
         # its per-distance reduction; the difference to the triton row is what that reduction costs

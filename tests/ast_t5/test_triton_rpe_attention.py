@@ -10,6 +10,7 @@ With CUDA the compiled kernels run, and the GPU tests check that the interpreter
 that the kernel really ran (DISPATCH_COUNTS).
 """
 import argparse
+import contextlib
 import importlib
 import os
 import re
@@ -205,6 +206,21 @@ def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0)
         kpm = (torch.arange(S)[None, :] >= lengths[:, None]).to(device)
         kpm[0, :3] = True  # left padding too
     return q, k, v, table, kpm
+
+
+@contextlib.contextmanager
+def count_ops():
+    """The names of the aten operations run inside (a list, filled on exit)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    names = []
+
+    class Count(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            names.append(str(func))
+            return func(*args, **(kwargs or {}))
+    with Count():
+        yield names
 
 
 def spy_launches(monkeypatch, kernel: str, argument: str) -> list:
@@ -1273,7 +1289,7 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     far_launches = spy_launches(monkeypatch, "_bwd_dq_kernel", "FAR_LOOPS")
     bits_launches = spy_launches(monkeypatch, "_dropout_bits_kernel", "BLOCK")
     assert bench.main(["--backends", "sdpa", "triton", "triton-fused", "triton-frozen", "triton-far", "triton-bits",
-                       "triton-one-loop",
+                       "triton-one-loop", "triton-prebuilt",
                        "--triton-blocks", "16,16,16,4,3,2", "16,16,32,4,3,2,16,2", "fused:16,16,32,4,3,2,16,2",
                        "fused+far-all:16,16,16,4,3,2", "one-loop:16,16,16,4,3,2",
                        "--lengths", "24",
@@ -1287,7 +1303,8 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     assert skipped["ms"] is None and skipped["note"] == "= triton (no dropout)", skipped
     assert rows[("triton-bits", 0.1)]["ms"] > 0 and bits_launches
     assert set(rows) == {(b, p) for b in ("sdpa", "triton", "triton-fused", "triton-frozen", "triton-far",
-                                          "triton-one-loop", "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2",
+                                          "triton-one-loop", "triton-prebuilt",
+                                          "triton:16x16x16x4x3x2", "triton:16x16x32x4x3x2x16x2",
                                           "triton-fused:16x16x32x4x3x2x16x2", "triton-fused-far-all:16x16x16x4x3x2",
                                           "triton-one-loop:16x16x16x4x3x2")
                          for p in (0.0, 0.1)} | {("triton-bits", 0.1)}
@@ -1306,8 +1323,9 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     # what "triton" meant in this run: the module's settings and default tiles (FAR_LOOPS changed meaning once)
     assert payload["triton"]["FAR_LOOPS"] == tra.FAR_LOOPS and payload["triton"]["BACKWARD"] == tra.BACKWARD
     assert len(payload["triton"]["tiles"]) == 8
-    # the frozen table's row leaves the table gradient out: it is timed beside the others, never a winner
-    assert all(w["backend"] != "triton-frozen" for w in payload["winners"])
+    # the frozen table's row leaves the table gradient out, the prebuilt row the stack's inputs: they are timed
+    # beside the others, never winners
+    assert all(w["backend"] not in ("triton-frozen", "triton-prebuilt") for w in payload["winners"])
     # and its dQ kernel really runs without the reduction (TABLE_GRAD off), where the triton row's has it
     launched = spy_launches(monkeypatch, "_bwd_dq_kernel", "TABLE_GRAD")
     case = bench.make_case(argparse.Namespace(batch=1, heads=2, head_dim=16), 24, True, torch.float32,
@@ -1317,6 +1335,21 @@ def test_attention_benchmark_has_triton_rows_and_names_a_winner(tmp_path, monkey
     assert launched == [False, True] and len(frozen) == 3 and full[3] is not None
     for got, want in zip(frozen, full):
         assert torch.equal(got, want)  # the same q, k, v gradients
+    # the prebuilt row: the same kernels and gradients, the table's included, while its calls after the first
+    # build none of the stack's inputs (no bias rows: replicate pad; no padding counts: cumsum)
+    prebuilt = bench.step_fn("triton-prebuilt", *case, 0.0, True)
+    with count_ops() as first:
+        _, grads = prebuilt()
+    with count_ops() as second:
+        _, again = prebuilt()
+    with count_ops() as per_call:
+        bench.step_fn("triton", *case, 0.0, True)()
+    for got, want in zip(grads + again, full + full):
+        torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-6)
+    for ops in (first, per_call):
+        assert {"aten.replication_pad1d.default", "aten.cumsum.default"} <= set(ops)
+    assert not {"aten.replication_pad1d.default", "aten.cumsum.default"} & set(second)
+    assert "aten.embedding_dense_backward.default" in second  # the table gradient, to the buckets
     # the triton row runs FAR_LOOPS' default (the far loops of the backward), the one-loop rows one loop, the
     # fused row one loop too (as it was measured), whatever the module's setting
     far = spy_launches(monkeypatch, "_bwd_dq_kernel", "FAR_LOOPS")

@@ -22,7 +22,8 @@ FIGURES = {
         row("sdpa-prebuilt", 0.0, False, 2.6), row("flash-nobias", 0.0, False, 0.7),
         row("triton", 0.1, False, 2.5, graph_ms=1.6), row("triton-fused", 0.1, False, 2.0),
         row("sdpa-prebuilt", 0.1, False, 3.0, graph_ms=3.2),
-        row("triton-bits", 0.1, False, 1.25),
+        row("triton-bits", 0.1, False, 1.25), row("triton-prebuilt", 0.1, False, 1.4, host_ms=0.9, graph_ms=1.3),
+        row("triton-prebuilt", 0.0, False, 0.95),
         row("triton", 0.0, True, 1.9), row("triton-fused", 0.0, True, None)]},
     "attention_lengths": {"rows": [row("triton", 0.0, False, 0.6, length=512),
                                    row("flex", 0.0, False, None, length=512, note="FailOnRecompileLimitHit: limit")]},
@@ -92,6 +93,12 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert out.count("1.0 ms target, triton row:") == 3  # one per condition at 1024, none at 512
     # the dropout target on the GPU's time alone, where both rows have a CUDA graph's replay
     assert out.count("2x target, GPU time alone") == 1
+    # the prebuilt row, like for like with sdpa-prebuilt: against the 1.0 ms target without dropout, x pre with it
+    assert ("    like for like with sdpa-prebuilt (the stack's inputs built once, the table gradient included): "
+            "triton-prebuilt 0.950; 1.0 ms: met\n") in out
+    assert ("    like for like with sdpa-prebuilt (the stack's inputs built once, the table gradient included): "
+            "triton-prebuilt 1.400 (host 0.900, graph 1.300); x pre 2.14 (>= 2: met)\n") in out
+    assert out.count("like for like") == 2
     assert "    2x target, GPU time alone (CUDA graphs): sdpa-prebuilt 3.200 / triton 1.600 = 2.00x\n" in out
     assert "attention at T=S=512" in out and out.count("target <= 1.0 ms") == 1
     assert "    n/a: flex: FailOnRecompileLimitHit: limit" in out  # why a row is n/a, at any length
