@@ -141,8 +141,10 @@ TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": 
 DROPOUT_ROWS = ("triton-bits",)  # rows that differ from the triton row only with dropout: n/a without
 TILE_PREFIXES = ("fused", "one-loop", "far", "far-all")  # --triton-blocks prefixes, joined by "+": fused+far:...
 LOOP_PREFIXES = ("one-loop", "far", "far-all")  # FAR_LOOPS none, backward, all: one of them at most
-# triton-far is the triton row's structure (FAR_LOOPS' default since 2026-11-27) named explicitly
-DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b not in ("triton-far", "triton-far-all"))
+# triton-far is the triton row's structure (FAR_LOOPS' default since 2026-11-27) named explicitly; triton-far-all
+# (the forward's far loop too) is a default row since 2026-11-27: the forward is the kernel furthest from the
+# yardstick (0.395 ms against 0.151 on the H200, 2026-11-26), and its far loop is the yardstick's loop
+DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "triton-far")
 # rows that leave out part of the work (the table gradient's reduction; the stack's inputs, built outside
 # the timed call): compared, never a winner
 PARTIAL = ("sdpa-prebuilt", "triton-frozen", "triton-prebuilt")
@@ -167,8 +169,7 @@ def parse_args(argv=None):
                    help="cuda: the full table (B16 H12 D64 bf16, T 512/1024/2048); cpu: a tiny smoke shape")
     p.add_argument("--json", default=None, help="also write the rows to this JSON file (written atomically)")
     p.add_argument("--backends", nargs="+", choices=BACKENDS, default=list(DEFAULT_BACKENDS),
-                   help="default: all but triton-far (the triton row's structure, named) and triton-far-all "
-                        "(gpu_check's tile sweep times it, forward and backward apart)")
+                   help="default: all but triton-far (the triton row's structure, named)")
     p.add_argument("--triton-blocks", nargs="+", default=[],
                    metavar="[PREFIX:]BM,BN,BB,WARPS[,STAGES[,BWD_WARPS[,BB_STEP[,BWD_STAGES]]]]",
                    help="extra `triton` rows with these tiles; PREFIX: fused (the fused backward), one-loop, far or "
