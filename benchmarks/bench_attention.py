@@ -46,6 +46,9 @@ gradient reaching the table, as in the model:
 - triton-bits: the triton row with its dropout keep mask drawn once per call into one bit per element,
   which the forward, dK/dV and dQ kernels read (``triton_rpe_attention.DROPOUT_MASK`` = "bits") instead
   of each running Philox itself; n/a without dropout (the triton row's kernels);
+- triton-tiles: the triton row with each tile's bias read whole, 16 bytes at a time, from the head's bias tiles
+  (``triton_rpe_attention.BIAS_LAYOUT`` = "tiles") instead of gathered per element from its row of distances:
+  what the gather's L1 and shared-memory traffic costs;
 - triton-frozen: the triton row with the bucket table frozen (no table gradient: the dQ kernel
   without its per-distance reduction): what that reduction costs. It leaves out work, so it never
   wins a condition;
@@ -119,8 +122,8 @@ from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: E402
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
-            "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-frozen", "triton-prebuilt",
-            "triton-baseline", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias")
+            "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-tiles", "triton-frozen",
+            "triton-prebuilt", "triton-baseline", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias", "eager-nobias")
 BASELINE = "triton-baseline"  # bias-free like NOBIAS (same reference), but no backend: never a winner
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
@@ -128,7 +131,7 @@ OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-
                "sdpa-prebuilt": ("sdpa", "sdpa-masked-no-cudnn"), "flex": ("flex",), "flex-distance": ("flex",),
                "triton": ("triton-rpe",)}  # every triton row (TRITON_ROWS) too
 # the triton backend's rows and the settings of triton_rpe_attention each runs with (BACKWARD, FAR_LOOPS,
-# DROPOUT_MASK; the rest at the module's defaults, as the triton row); a tile row is one of them (not
+# DROPOUT_MASK, BIAS_LAYOUT; the rest at the module's defaults, as the triton row); a tile row is one of them (not
 # triton-frozen or triton-prebuilt) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
 TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": "none"}, "triton-frozen": {},
                "triton-prebuilt": {},
@@ -137,14 +140,18 @@ TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": 
                "triton-far": {"FAR_LOOPS": "backward"}, "triton-far-all": {"FAR_LOOPS": "all"},
                "triton-fused-far": {"BACKWARD": "fused", "FAR_LOOPS": "backward"},
                "triton-fused-far-all": {"BACKWARD": "fused", "FAR_LOOPS": "all"},
-               "triton-bits": {"DROPOUT_MASK": "bits"}}
+               "triton-bits": {"DROPOUT_MASK": "bits"},
+               "triton-tiles": {"BIAS_LAYOUT": "tiles"}}
 DROPOUT_ROWS = ("triton-bits",)  # rows that differ from the triton row only with dropout: n/a without
 TILE_PREFIXES = ("fused", "one-loop", "far", "far-all")  # --triton-blocks prefixes, joined by "+": fused+far:...
 LOOP_PREFIXES = ("one-loop", "far", "far-all")  # FAR_LOOPS none, backward, all: one of them at most
 # triton-far is the triton row's structure (FAR_LOOPS' default since 2026-11-27) named explicitly; triton-far-all
 # (the forward's far loop too) is a default row since 2026-11-27: the forward is the kernel furthest from the
 # yardstick (0.395 ms against 0.151 on the H200, 2026-11-26), and its far loop is the yardstick's loop
-DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b != "triton-far")
+# triton-fused and triton-one-loop leave the default rows for triton-tiles (2026-11-27: measured on the H200 the day
+# before, fused slower than the split backward, one loop slower than the far loops; the kernels to compile stay
+# within the step's cap)
+DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b not in ("triton-far", "triton-fused", "triton-one-loop"))
 # rows that leave out part of the work (the table gradient's reduction; the stack's inputs, built outside
 # the timed call): compared, never a winner
 PARTIAL = ("sdpa-prebuilt", "triton-frozen", "triton-prebuilt")
@@ -300,7 +307,7 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         return run if backward else _without_grad(run)
     base, _, tiles = name.partition(":")
     if base in TRITON_ROWS and base not in OWN_CALL_ROWS or (base == "triton" and tiles):
-        # settings (BACKWARD, FAR_LOOPS, DROPOUT_MASK) and/or tiles under test (--triton-blocks)
+        # settings (BACKWARD, FAR_LOOPS, DROPOUT_MASK, BIAS_LAYOUT) and/or tiles under test (--triton-blocks)
         from ast_t5.modules import triton_rpe_attention as tra
 
         if base in DROPOUT_ROWS and dropout == 0:
@@ -735,6 +742,7 @@ def triton_settings(device, head_dim: int, dtype: torch.dtype) -> Dict:
     if tra.triton is None:
         return {"error": f"triton is not importable ({tra.TRITON_IMPORT_ERROR})"}
     return {"FAR_LOOPS": tra.FAR_LOOPS, "BACKWARD": tra.BACKWARD, "DROPOUT_MASK": tra.DROPOUT_MASK,
+            "BIAS_LAYOUT": tra.BIAS_LAYOUT,
             "tiles": list(tra.BLOCKS_OVERRIDE or tra.default_blocks(head_dim, device, dtype=dtype))}
 
 

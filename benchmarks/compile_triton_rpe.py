@@ -90,6 +90,10 @@ def parse_args(argv=None):
                    help="the dQ kernel's BAND_WEIGHTS (on, as it launches: without dropout, its square band tiles "
                         "sum one diagonal class against a 0/1 weight tile; off: a masked sum, as with dropout, for "
                         "the comparison)")
+    p.add_argument("--bias-layout", choices=("rows", "tiles"), default="rows",
+                   help="triton_rpe_attention.BIAS_LAYOUT: each tile's bias gathered 4 bytes at a time from the head's "
+                        "row of distances (rows), or read whole from its bias tiles (tiles); ``bias`` is then 16 "
+                        "where no 4-byte copy of the gather is left")
     p.add_argument("--baseline", action="store_true",
                    help="also compile the bias-free FlashAttention-2 kernels of triton_flash_baseline.py at the same "
                         "tiles (rows base-fwd, base-dkdv, base-dq; plain and padded variants): the yardstick for "
@@ -358,6 +362,15 @@ def bias_copies(ptx: str) -> str:
     return "4" if re.search(r"cp\.async\.\w+\.shared\.global \[[^\]]+\], \[[^\]]+\], (?:0x4|4)\b", ptx) else "-"
 
 
+def four_byte_copies(ptx: str) -> int:
+    """How many asynchronous copies of 4 bytes the kernel's PTX holds. The bias rows' gather is 32 per
+    thread and 64 x 64 tile in each pipeline stage (64 or more in a kernel); whole bias tiles
+    (`triton_rpe_attention.BIAS_LAYOUT` "tiles") leave only the few of the other per-row vectors (lse,
+    delta, padding flags: 4 at sm90's default tiles)."""
+    return len(re.findall(r"cp\.async\.\w+\.shared\.global(?:\.L2::\w+)? \[[^\]]+\], \[[^\]]+\], (?:0x4|4)\b",
+                          ptx))
+
+
 def resources(kernel) -> dict:
     """REG / STACK (spill) of a compiled kernel's cubin, and its shared memory."""
     found = re.search(r"REG:(\d+) STACK:(\d+)", _cuobjdump(kernel, "--dump-resource-usage"))
@@ -394,7 +407,11 @@ def main(argv=None) -> int:
             print(f"compile_triton_rpe: {e}", file=sys.stderr)
             return 2
         ints = call_integers(head_dim, args.length, args.heads, args.keys, args.max_distance)
-        common = dict(M=args.max_distance, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout,
+        bias_tiles = args.bias_layout != "rows" and not args.no_bias
+        if bias_tiles:  # `_bias_tiles`: a head's tiles (a multiple of 16 elements) and no row offset
+            step, lo, hi = tra.bias_tile_range(args.max_distance, block_m, block_n)
+            ints.update(pd_len=(hi - lo + 1) * block_m * block_n, pd_off=0)
+        common = dict(M=args.max_distance, HAS_KPM=padded, CAUSAL=causal, DROPOUT=dropout, BIAS_TILES=bias_tiles,
                       BLOCK_D=max(16, tra._next_pow2(head_dim)), PRECISION="ieee" if args.dtype == "fp32" else "tf32",
                       FAR_LOOPS=args.far_loops != "none" and not args.no_bias, HAS_BIAS=not args.no_bias)
         # the dropout mask (triton_rpe_attention.DROPOUT_MASK): every kernel reads its bits (drawn by a kernel of
@@ -462,7 +479,9 @@ def main(argv=None) -> int:
             full_exp += info["ex2"] == "full"
             yardstick = name.startswith("base-") or args.no_bias  # no bias to gather
             bias = "-" if yardstick else bias_copies(kernel.asm["ptx"])
-            wide_bias += bias != "4" and not yardstick
+            if bias_tiles and not yardstick:  # whole tiles, 16 bytes at a time: no gather's 4-byte copies left
+                bias = "16" if four_byte_copies(kernel.asm["ptx"]) <= 8 and info["pipelined"] else "4!"
+            wide_bias += bias != ("16" if bias_tiles else "4") and not yardstick
             spills += bool(info["stack"])
             too_much_shared += info["shared"] > SHARED_LIMIT.get(arch, SHARED_LIMIT[80])
             unpipelined += not info["pipelined"]
@@ -486,8 +505,12 @@ def main(argv=None) -> int:
     print(f"{too_much_shared} kernel(s) needing more shared memory than their GPU has")
     print(f"{duplicated} backward kernel(s) doing their element-wise work more than once (dup > 1)")
     print(f"{full_exp} kernel(s) with full-range exponentials (ex2 full: about 4 more instructions per element)")
-    print(f"{wide_bias} kernel(s) without 4-byte bias copies (bias '-': a wider gather faults on its 4-byte aligned "
-          f"rows, an unpipelined one stalls)")
+    if args.bias_layout == "rows" or args.no_bias:
+        print(f"{wide_bias} kernel(s) without 4-byte bias copies (bias '-': a wider gather faults on its 4-byte "
+              f"aligned rows, an unpipelined one stalls)")
+    else:
+        print(f"{wide_bias} kernel(s) still copying 4 bytes at a time or unpipelined (bias '4!'; whole bias tiles go "
+              f"16 bytes at a time)")
     return 0
 
 

@@ -74,8 +74,9 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
             return by.get(name, {}).get("ms")
         split, fused, frozen = ms("triton"), ms("triton-fused"), ms("triton-frozen")
         one_loop, far_all, bits = ms("triton-one-loop"), ms("triton-far-all"), ms("triton-bits")
+        tiles = ms("triton-tiles")
         pre, flash = ms("sdpa-prebuilt"), ms("flash-nobias")
-        best = min((v for v in (split, fused, one_loop, far_all, bits) if v is not None), default=None)
+        best = min((v for v in (split, fused, one_loop, far_all, bits, tiles) if v is not None), default=None)
 
         def versus(value):
             return "" if None in (split, value) else f" ({split / value:.2f}x)"
@@ -83,7 +84,7 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         line = (f"  dropout {dropout:g} padded {'yes' if padded else 'no '}: triton {_ms(split)}"
                 f"{_host_graph(triton_row)}, fused {_ms(fused)}"
                 f"{versus(fused)}, one-loop {_ms(one_loop)}{versus(one_loop)}, far-all {_ms(far_all)}"
-                f"{versus(far_all)}"
+                f"{versus(far_all)}, tiles {_ms(tiles)}{versus(tiles)}"
                 + (f", bits {_ms(bits)}{versus(bits)}" if dropout > 0 else "")
                 + f", frozen {_ms(frozen)}"
                 f"{'' if None in (split, frozen) else f' (table gradient {100 * (split - frozen) / split:.0f}%)'}"
@@ -138,7 +139,7 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
                 best = min(others, key=lambda item: item[1]["ms"])
                 line += f"; {best[1]['ms'] / nobias['ms']:.2f}x the best other ({best[0]})"
             lines.append(line)
-        for name in ("triton", "triton-fused", "triton-one-loop", "triton-baseline", "triton-nobias"):
+        for name in ("triton", "triton-fused", "triton-one-loop", "triton-tiles", "triton-baseline", "triton-nobias"):
             kernels = by.get(name, {}).get("kernels")
             if kernels:
                 lines.append(f"    {name} kernels: " + ", ".join(f"{k[:32]} {v:.3f}" for k, v in

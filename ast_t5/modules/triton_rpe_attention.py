@@ -157,6 +157,14 @@ On the H200 (2026-11-26, B16 H12 T=S=1024 D64 bf16, fwd+bwd) "backward" took 1.5
 loop's 1.934, 2.232 against 2.586 with dropout 0.1, and 1.13 against 1.34 ms of GPU time padded
 (a CUDA graph's replay), hence the default; "all" is not measured yet.
 
+Bias tiles (`BIAS_LAYOUT` = "tiles", or AST_T5_TRITON_BIAS_LAYOUT=tiles; not the default until measured).
+A tile's bias depends only on its first key minus its first query, so a head has few distinct tiles (7 at
+64 x 64 and M = 128; the rest clamp to the two end tiles: `bias_tile_range`). Built once per stack
+(`_bias_tiles`, `SharedInputs`), each kernel reads its tile whole with 16-byte copies that bypass L1
+(`_tiled_bias`; keys-major tiles for the dK/dV kernel) instead of gathering it per element from the row:
+32 KB of shared-memory traffic per 64 x 64 tile instead of 48 KB or more, the gather's L1 reads gone
+(BENCHMARKS.md, "The bias as whole tiles").
+
 Execution: compiled kernels on CUDA. On CPU the kernels run only under Triton's interpreter, which
 Triton selects when the module is imported with TRITON_INTERPRET=1 (`INTERPRETED`); the tests do
 that on hosts without CUDA. Speed (H200, 2026-11-26, BENCHMARKS.md): 1.93 ms fwd+bwd at B16 H12
@@ -277,6 +285,44 @@ if triton is not None:
         converted through shared memory on every tile, stalling the loop:
         `benchmarks/compile_triton_rpe.py`.)"""
         return tl.load(pd_rows[:, None] + offs_n[None, :])
+
+    @triton.jit
+    def _tiled_bias(tiles, offset, M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    KEYS_MAJOR: tl.constexpr = False):
+        """`_tile_bias` from the head's bias tiles (`BIAS_LAYOUT` "tiles", `_bias_tiles`): the tile of
+        BLOCK_M queries and BLOCK_N keys whose first key minus first query is ``offset`` (a multiple of
+        the smaller block), read whole from ``tiles`` (the head's first tile) with 16-byte copies, as
+        (BLOCK_M, BLOCK_N) fp32, or (BLOCK_N, BLOCK_M) with KEYS_MAJOR (the dK/dV kernel's transposed
+        tiles). A tile's bias depends on ``offset`` alone, and every tile beyond `bias_tile_range`'s
+        ends is its end tile, whose distances all clamp."""
+        STEP: tl.constexpr = BLOCK_M if BLOCK_M < BLOCK_N else BLOCK_N
+        LO: tl.constexpr = -((M + BLOCK_N - 1 + STEP - 1) // STEP)
+        HI: tl.constexpr = (M + BLOCK_M - 1 + STEP - 1) // STEP
+        index = tl.minimum(tl.maximum(offset // STEP, LO), HI) - LO
+        if KEYS_MAJOR:
+            inner = tl.arange(0, BLOCK_N)[:, None] * BLOCK_M + tl.arange(0, BLOCK_M)[None, :]
+        else:
+            inner = tl.arange(0, BLOCK_M)[:, None] * BLOCK_N + tl.arange(0, BLOCK_N)[None, :]
+        return tl.load(tiles + index * (BLOCK_M * BLOCK_N) + inner)
+
+    @triton.jit
+    def _clamped_entries(h, pd_len, pd_off, M: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                         BIAS_TILES: tl.constexpr):
+        """Where PD holds the head's bias at distances <= -M and >= M (what `FAR_LOOPS`' far tiles add as
+        scalars): the bias row's entries OFF - M and OFF + M, or the first entry of the first and of the
+        last bias tile (`_tiled_bias`: every distance of those clamps). Offsets, not loads: torch's analysis
+        of which arguments a kernel writes (torch.compile) took a pointer passed to a helper that loads
+        from it for written."""
+        if BIAS_TILES:
+            STEP: tl.constexpr = BLOCK_M if BLOCK_M < BLOCK_N else BLOCK_N
+            LO: tl.constexpr = -((M + BLOCK_N - 1 + STEP - 1) // STEP)
+            HI: tl.constexpr = (M + BLOCK_M - 1 + STEP - 1) // STEP
+            before = h * pd_len
+            after = before + (HI - LO) * (BLOCK_M * BLOCK_N)
+        else:
+            before = h * pd_len + pd_off - M
+            after = h * pd_len + pd_off + M
+        return before, after
 
     @triton.jit
     def _tile_valid(padded, offs_m, offs_n, T, S, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr):
@@ -460,13 +506,15 @@ if triton is not None:
                    start_m, offs_m, offs_d, d_ok, hi, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, T, S, qk_scale, dropout_p,
                    HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, FAR: tl.constexpr,
-                   DROPOUT_BITS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True):
+                   DROPOUT_BITS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True,
+                   BIAS_TILES: tl.constexpr = False, M: tl.constexpr = 1):
         """The forward's online softmax over the key tiles lo, lo + BLOCK_N, ... < stop (no key from
         ``hi`` on is loaded: a row of padding alone, whose band loop runs one tile, reads none). FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias``
         (log2 units) and load no bias, both sides' in one loop of at least one tile (`_far_walk`,
         ``far``: (band_lo, right_lo, last, bias before, bias after)); otherwise each tile
-        gathers its bias (`_tile_bias`)."""
+        gathers its bias (`_tile_bias`), or reads it whole with BIAS_TILES (`_tiled_bias`: ``pd_rows``
+        is then the head's first tile)."""
         split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
         if FAR:
             lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_N)
@@ -481,6 +529,8 @@ if triton is not None:
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale
             if FAR:
                 s += far_bias
+            elif HAS_BIAS and BIAS_TILES:
+                s += _tiled_bias(pd_rows, start_n - start_m, M, BLOCK_M, BLOCK_N)
             elif HAS_BIAS:
                 s += _tile_bias(pd_rows, offs_n)
             if HAS_KPM:  # a tile of unpadded keys skips its mask, like an interior tile without padding
@@ -565,10 +615,11 @@ if triton is not None:
                     M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr,
                     PRECISION: tl.constexpr, FAR_LOOPS: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False,
-                    HAS_BIAS: tl.constexpr = True):
+                    HAS_BIAS: tl.constexpr = True, BIAS_TILES: tl.constexpr = False):
         """DROPOUT_BITS (with DROPOUT): the keep mask's bits are read from DMASK (`_keep`). Without
         HAS_BIAS (bias-free calls, `triton_rpe_attention` with no table) nothing is read from PD and
-        FAR_LOOPS is off: the scores are q k^T alone."""
+        FAR_LOOPS is off: the scores are q k^T alone. BIAS_TILES (`BIAS_LAYOUT`): PD holds each head's
+        bias tiles (`_bias_tiles`, pd_off unused), not its bias row."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -584,6 +635,8 @@ if triton is not None:
         q = tl.load(Q + b * sq_b + h * sq_h + offs_m[:, None] * sq_t + offs_d[None, :],
                     mask=(offs_m[:, None] < T) & d_ok, other=0.0)
         pd_rows = PD + h * pd_len + pd_off - offs_m  # `_tile_bias`
+        if BIAS_TILES:
+            pd_rows = PD + h * pd_len  # `_tiled_bias`
         kpm_ptr = KPM + b * S
         count_ptr = PAD_COUNT + b * (S + 1)  # `_any_padded`
         qk_scale = scale * _LOG2E  # scores in log2 units (module docstring), PD already is
@@ -604,18 +657,21 @@ if triton is not None:
             end = tl.maximum(hi, 1)  # a row of padding alone runs one band tile, whose keys it does not load
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
             band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_walk`)
-            far = PD + h * pd_len + pd_off
-            spans = (band_lo, right_lo, (end - 1) // BLOCK_N * BLOCK_N, tl.load(far - M), tl.load(far + M))
+            before, after = _clamped_entries(h, pd_len, pd_off, M, BLOCK_M, BLOCK_N, BIAS_TILES)
+            before, after = tl.load(PD + before), tl.load(PD + after)
+            spans = (band_lo, right_lo, (end - 1) // BLOCK_N * BLOCK_N, before, after)
             m_i, l_i, acc = _fwd_tiles(0, end, spans, m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                        DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION, FAR=True,
-                                       DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
+                                       DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS, BIAS_TILES=BIAS_TILES, M=M)
             m_i, l_i, acc = _fwd_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM,
                                        CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N,
-                                       PRECISION=PRECISION, FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
+                                       PRECISION=PRECISION, FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS,
+                                       BIAS_TILES=BIAS_TILES, M=M)
         else:
             m_i, l_i, acc = _fwd_tiles(0, hi, (0, 0, 0, 0.0, 0.0), m_i, l_i, acc, *rest, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                        DROPOUT=DROPOUT, BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
-                                       FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
+                                       FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS, BIAS_TILES=BIAS_TILES,
+                                       M=M)
         has_key = l_i > 0.0
         out = acc / tl.where(has_key, l_i, 1.0)[:, None]
         tl.store(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], out.to(O.dtype.element_ty),
@@ -630,11 +686,12 @@ if triton is not None:
                     CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr,
                     PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr, FAR_SUMS: tl.constexpr, BAND_Q: tl.constexpr,
                     BAND_K: tl.constexpr, FAR: tl.constexpr, DROPOUT_BITS: tl.constexpr = False,
-                    HAS_BIAS: tl.constexpr = True):
+                    HAS_BIAS: tl.constexpr = True, BIAS_TILES: tl.constexpr = False):
         """`_bwd_dkdv_kernel`'s loop over the query tiles lo, lo + BLOCK_M, ... < stop. FAR: tiles
         whose distances all clamp to one side (`_far_spans`), which add the scalar ``far_bias`` and
         load no bias, both sides' in one loop of at least one tile (`_far_walk`; ``far``: (band_lo,
-        right_lo, last, bias before, bias after))."""
+        right_lo, last, bias before, bias after)). BIAS_TILES: ``pd_keys`` is the head's first
+        keys-major bias tile (`_tiled_bias`)."""
         split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
         if FAR:
             lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_M)
@@ -653,6 +710,8 @@ if triton is not None:
             s_t = _dot(k, q_t, PRECISION) * qk_scale  # (keys, queries), log2 units
             if FAR:
                 s_t += far_bias
+            elif HAS_BIAS and BIAS_TILES:
+                s_t += _tiled_bias(pd_keys, start_n - start_m, M, BLOCK_M, BLOCK_N, KEYS_MAJOR=True)
             elif HAS_BIAS:
                 s_t += tl.load(pd_keys[:, None] - offs_m[None, :])  # `_tile_bias`, transposed
             p_t = tl.exp2(s_t - lse[None, :])  # 0 for queries past T (lse = +inf)
@@ -699,7 +758,8 @@ if triton is not None:
                          BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
                          PRECISION: tl.constexpr, FUSE_DQ: tl.constexpr = False, FAR_SUMS: tl.constexpr = False,
                          BAND_Q: tl.constexpr = 16, BAND_K: tl.constexpr = 16, FAR_LOOPS: tl.constexpr = False,
-                         DROPOUT_BITS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True):
+                         DROPOUT_BITS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True,
+                         BIAS_TILES: tl.constexpr = False):
         """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
@@ -727,6 +787,8 @@ if triton is not None:
         k = tl.load(K + b * sk_b + h * sk_h + offs_n[:, None] * sk_t + offs_d[None, :], mask=kv_ok, other=0.0)
         v = tl.load(V + b * sv_b + h * sv_h + offs_n[:, None] * sv_t + offs_d[None, :], mask=kv_ok, other=0.0)
         pd_keys = PD + h * pd_len + pd_off + offs_n  # `_tile_bias`, transposed: key j's at query 0
+        if BIAS_TILES:
+            pd_keys = PD + h * pd_len  # `_tiled_bias`, keys-major tiles
         kpm_ptr = KPM + b * S
         qk_scale = scale * _LOG2E
         key_ok = offs_n < S
@@ -755,24 +817,27 @@ if triton is not None:
             if FAR_LOOPS:  # the early queries see every key at distance >= M, the late ones at <= -M
                 band_lo, band_hi, right_lo = _far_spans(start_n, lo, T, M, BLOCK_N, BLOCK_M, ONE_BAND=True)
                 band_hi = tl.maximum(band_hi, band_lo + BLOCK_M)  # (no more tiles: `_far_walk`)
-                far = PD + h * pd_len + pd_off
-                spans = (band_lo, right_lo, (T - 1) // BLOCK_M * BLOCK_M, tl.load(far + M), tl.load(far - M))
+                before, after = _clamped_entries(h, pd_len, pd_off, M, BLOCK_M, BLOCK_N, BIAS_TILES)
+                before, after = tl.load(PD + before), tl.load(PD + after)
+                spans = (band_lo, right_lo, (T - 1) // BLOCK_M * BLOCK_M, after, before)
                 dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, spans, dk, dv, far_lo, far_hi, *rest, M=M, HAS_KPM=HAS_KPM,
                                                      CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M,
                                                      PRECISION=PRECISION, FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS,
                                                      BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=True, DROPOUT_BITS=DROPOUT_BITS,
-                                                     HAS_BIAS=HAS_BIAS)
+                                                     HAS_BIAS=HAS_BIAS, BIAS_TILES=BIAS_TILES)
                 dk, dv, far_lo, far_hi = _dkdv_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi,
                                                      *rest, M=M, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT,
                                                      BLOCK_N=BLOCK_N, BLOCK_M=BLOCK_M, PRECISION=PRECISION,
                                                      FUSE_DQ=FUSE_DQ, FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K,
-                                                     FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
+                                                     FAR=False, DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS,
+                                                     BIAS_TILES=BIAS_TILES)
             else:
                 dk, dv, far_lo, far_hi = _dkdv_tiles(lo, T, (0, 0, 0, 0.0, 0.0), dk, dv, far_lo, far_hi, *rest, M=M,
                                                      HAS_KPM=HAS_KPM, CAUSAL=CAUSAL, DROPOUT=DROPOUT, BLOCK_N=BLOCK_N,
                                                      BLOCK_M=BLOCK_M, PRECISION=PRECISION, FUSE_DQ=FUSE_DQ,
                                                      FAR_SUMS=FAR_SUMS, BAND_Q=BAND_Q, BAND_K=BAND_K, FAR=False,
-                                                     DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
+                                                     DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS,
+                                                     BIAS_TILES=BIAS_TILES)
         if FAR_SUMS:
             out = FAR + (bh * tl.num_programs(0) + pid_n) * 2
             tl.store(out, tl.sum(far_lo, 0))
@@ -789,7 +854,7 @@ if triton is not None:
                   HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, PRECISION: tl.constexpr, DQ_PRODUCT: tl.constexpr,
                   KIND: tl.constexpr, DROPOUT_BITS: tl.constexpr = False, LOOP_STAGES: tl.constexpr = None,
-                  WEIGHTS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True):
+                  WEIGHTS: tl.constexpr = False, HAS_BIAS: tl.constexpr = True, BIAS_TILES: tl.constexpr = False):
         """`_bwd_dq_kernel`'s loop over the key tiles lo, lo + BLOCK_N, ... < stop (keys from ``hi``
         on are masked). KIND (`_table_grad_tile`): "any" tiles, or tiles all of one class: "far"
         (every distance clamps to -M on the tiles before the band, to M on those after it: they add
@@ -799,7 +864,7 @@ if triton is not None:
         given explicitly (`tl.range`'s num_stages; None: the launch's), which makes Triton's pipeliner
         stage every load of the loop, not only those whose values reach a matrix product: the band
         kernel's bias reaches none (no dS K there), and was loaded synchronously without it. WEIGHTS:
-        `_band_tile`'s."""
+        `_band_tile`'s. BIAS_TILES: ``pd_rows`` is the head's first bias tile (`_tiled_bias`)."""
         split, shift, bias_before, bias_after = 0, 0, 0.0, 0.0
         if KIND == "far":
             lo, stop, split, shift, bias_before, bias_after = _far_walk(lo, stop, *far, BLOCK_N)
@@ -816,6 +881,8 @@ if triton is not None:
             s = _dot(q, tl.trans(k), PRECISION) * qk_scale  # log2 units
             if KIND == "far":
                 s += far_bias
+            elif HAS_BIAS and BIAS_TILES:
+                s += _tiled_bias(pd_rows, start_n - start_m, M, BLOCK_M, BLOCK_N)
             elif HAS_BIAS:
                 s += _tile_bias(pd_rows, offs_n)
             p = tl.exp2(s - lse[:, None])  # 0 for queries past T (lse = +inf)
@@ -851,7 +918,7 @@ if triton is not None:
                        PRECISION: tl.constexpr, BAND_ONLY: tl.constexpr = False, FAR_LOOPS: tl.constexpr = False,
                        DELTA_OUT: tl.constexpr = False, DROPOUT_BITS: tl.constexpr = False,
                        BAND_STAGES: tl.constexpr = None, BAND_WEIGHTS: tl.constexpr = True,
-                       HAS_BIAS: tl.constexpr = True):
+                       HAS_BIAS: tl.constexpr = True, BIAS_TILES: tl.constexpr = False):
         """dQ and the table gradient, one program per query block (module docstring). BAND_ONLY (the
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
@@ -860,7 +927,8 @@ if triton is not None:
         otherwise read from DELTA. BAND_STAGES (with BAND_ONLY): the launch's pipeline stages, given to its
         loop explicitly (`_dq_tiles`' LOOP_STAGES). BAND_WEIGHTS: the band tiles' diagonal sums against a
         weight tile (`_band_tile`'s WEIGHTS) where it pays, without dropout (False: never; for
-        benchmarks/compile_triton_rpe.py's comparison)."""
+        benchmarks/compile_triton_rpe.py's comparison). BIAS_TILES (`BIAS_LAYOUT`): PD holds each head's
+        bias tiles (`_bias_tiles`), as in the forward."""
         # fp32 whatever the caller passed: under torch.compile, inductor may hand Python floats over as
         # fp64 scalars, which would promote the scores (and the loop-carried row maxima) to fp64
         scale = tl.cast(scale, tl.float32)
@@ -884,6 +952,8 @@ if triton is not None:
         else:
             delta = tl.load(DELTA + bh * T + offs_m, mask=offs_m < T, other=0.0)
         pd_rows = PD + h * pd_len + pd_off - offs_m  # `_tile_bias`
+        if BIAS_TILES:
+            pd_rows = PD + h * pd_len  # `_tiled_bias`
         kpm_ptr = KPM + b * S
         count_ptr = PAD_COUNT + b * (S + 1)  # `_any_padded`
         qk_scale = scale * _LOG2E
@@ -920,31 +990,36 @@ if triton is not None:
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                                       DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS,
-                                                      HAS_BIAS=HAS_BIAS, WEIGHTS=BAND_WEIGHTS and not DROPOUT,
+                                                      HAS_BIAS=HAS_BIAS, BIAS_TILES=BIAS_TILES,
+                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT,
                                                       LOOP_STAGES=BAND_STAGES)
         elif FAR_LOOPS:  # the key tiles far before and after the queries, then across the band
             band_lo, band_hi, right_lo = _far_spans(start_m, 0, end_n, M, BLOCK_M, BLOCK_N, ONE_BAND=True)
             band_hi = tl.maximum(band_hi, band_lo + BLOCK_N)  # (no more tiles: `_far_walk`)
-            far = PD + h * pd_len + pd_off
-            spans = (band_lo, right_lo, (end_n - 1) // BLOCK_N * BLOCK_N, tl.load(far - M), tl.load(far + M))
+            before, after = _clamped_entries(h, pd_len, pd_off, M, BLOCK_M, BLOCK_N, BIAS_TILES)
+            before, after = tl.load(PD + before), tl.load(PD + after)
+            spans = (band_lo, right_lo, (end_n - 1) // BLOCK_N * BLOCK_N, before, after)
             dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, spans, dq, tab, band, far_lo, far_hi, *rest, M=M,
                                                       ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM, CAUSAL=CAUSAL,
                                                       DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD, BLOCK_M=BLOCK_M,
                                                       BLOCK_N=BLOCK_N, PRECISION=PRECISION, DQ_PRODUCT=not BAND_ONLY,
-                                                      KIND="far", DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS)
+                                                      KIND="far", DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS,
+                                                      BIAS_TILES=BIAS_TILES)
             dq, tab, band, far_lo, far_hi = _dq_tiles(band_lo, band_hi, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo,
                                                       far_hi, *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                                       DQ_PRODUCT=not BAND_ONLY, KIND="band", DROPOUT_BITS=DROPOUT_BITS,
-                                                      HAS_BIAS=HAS_BIAS, WEIGHTS=BAND_WEIGHTS and not DROPOUT)
+                                                      HAS_BIAS=HAS_BIAS, BIAS_TILES=BIAS_TILES,
+                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT)
         else:
             dq, tab, band, far_lo, far_hi = _dq_tiles(0, end_n, (0, 0, 0, 0.0, 0.0), dq, tab, band, far_lo, far_hi,
                                                       *rest, M=M, ROWS=ROWS, ALIGNED=ALIGNED, HAS_KPM=HAS_KPM,
                                                       CAUSAL=CAUSAL, DROPOUT=DROPOUT, TABLE_GRAD=TABLE_GRAD,
                                                       BLOCK_M=BLOCK_M, BLOCK_N=BLOCK_N, PRECISION=PRECISION,
                                                       DQ_PRODUCT=not BAND_ONLY, KIND="any", DROPOUT_BITS=DROPOUT_BITS,
-                                                      HAS_BIAS=HAS_BIAS, WEIGHTS=BAND_WEIGHTS and not DROPOUT)
+                                                      HAS_BIAS=HAS_BIAS, BIAS_TILES=BIAS_TILES,
+                                                      WEIGHTS=BAND_WEIGHTS and not DROPOUT)
         if not BAND_ONLY:
             dq = dq * scale
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
@@ -1086,6 +1161,22 @@ FAR_LOOPS_CHOICES = ("none", "backward", "all")
 # (the default: "backward", or "none" where AST_T5_TRITON_BACKWARD selects the fused backward, which was
 # measured with one loop and spills with the far loops)
 FAR_LOOPS = os.environ.get("AST_T5_TRITON_FAR_LOOPS", "none" if BACKWARD == "fused" else "backward")
+
+
+BIAS_LAYOUTS = ("rows", "tiles")
+# How the kernels read the bias of a tile that crosses the band (BIAS_LAYOUTS; AST_T5_TRITON_BIAS_LAYOUT):
+# - "rows" (the default): gathered per element from one fp32 row per head holding every distance of the call
+#   (`_bias_rows`, `_tile_bias`): 4-byte copies, each through L1, staged into shared memory and read back;
+# - "tiles": read whole from the head's bias tiles (`_bias_tiles`, `_tiled_bias`): a tile's bias depends only
+#   on its first key minus its first query, so a head has 2 (M + tile) / tile + 1 distinct tiles (7 at 64 x 64
+#   and M = 128), built once per stack (16 KB each, in fp32), copied 16 bytes at a time, bypassing L1.
+# Why: on the H200 (2026-11-26) the forward took 2.6x the bias-free yardstick at the same tiles and dK/dV 1.8x,
+# where their loops run 1.3x its instructions; the bytes a 64 x 64 tile moves through shared memory and L1
+# (K and V 32 KB, the gathered bias 48 KB or more) give about those ratios, and whole tiles move 32 KB of bias
+# (BENCHMARKS.md, "The bias as whole tiles"). Not the default until a GPU measures it (bench_attention's
+# triton-tiles row). Tiles in fp16 (half the bytes again) made ptxas serialize the forward's and dK/dV's
+# matrix products under Triton 3.6, the GPU host's: not offered.
+BIAS_LAYOUT = os.environ.get("AST_T5_TRITON_BIAS_LAYOUT", "rows")
 
 
 def dkdv_far_loops(far_loops: bool, dropout_bits: bool) -> bool:
@@ -1264,6 +1355,55 @@ def _bias_rows(per_distance: torch.Tensor, T: int, S: int, pad: int) -> tuple:
     return rows, before
 
 
+def bias_tile_range(M: int, q_block: int, k_block: int) -> tuple:
+    """(step, lo, hi) of a head's bias tiles of ``q_block`` queries x ``k_block`` keys (`_bias_tiles`):
+    tile n (0 <= n <= hi - lo) is the bias of a tile whose first key minus first query is (lo + n) step,
+    step the smaller block (the larger is a multiple of it: both are powers of two). Tile 0's distances all
+    clamp to -M, tile hi - lo's to M, and so does every tile beyond (the kernels clamp the index:
+    `_tiled_bias`, which computes the same three numbers)."""
+    step = min(q_block, k_block)
+    if max(q_block, k_block) % step:
+        raise ValueError(f"bias tiles need one block to divide the other, got {q_block} x {k_block}")
+    return step, -((M + k_block - 1 + step - 1) // step), (M + q_block - 1 + step - 1) // step
+
+
+_TILE_DISTANCES = {}  # (M, q_block, k_block, keys_major, device) -> the tiles' clamped distances + M
+
+
+def _tile_distances(M: int, q_block: int, k_block: int, keys_major: bool, device: torch.device) -> torch.Tensor:
+    """(tiles, rows, columns) int64 index into a (2 M + 1) per-distance vector of each element of the bias
+    tiles (`_bias_tiles`), made once per shape and device (not under torch.compile: there it is part of the
+    graph)."""
+    def make():
+        step, lo, hi = bias_tile_range(M, q_block, k_block)
+        first = torch.arange(lo, hi + 1, device=device) * step
+        dist = first[:, None, None] + torch.arange(k_block, device=device)[None, None, :] \
+            - torch.arange(q_block, device=device)[None, :, None]  # (tiles, queries, keys)
+        index = dist.clamp(-M, M) + M
+        return index.transpose(1, 2).contiguous() if keys_major else index
+
+    if torch.compiler.is_compiling():
+        return make()
+    key = (M, q_block, k_block, keys_major, device)
+    if key not in _TILE_DISTANCES:
+        with torch.inference_mode(False):  # made under inference_mode, it could not index a later training call
+            _TILE_DISTANCES[key] = make()
+    return _TILE_DISTANCES[key]
+
+
+def _bias_tiles(per_distance: torch.Tensor, q_block: int, k_block: int, keys_major: bool) -> torch.Tensor:
+    """The bias of every tile of ``q_block`` queries x ``k_block`` keys that the kernels read whole
+    (`BIAS_LAYOUT` "tiles", `_tiled_bias`): (H, tiles x q_block x k_block) in log2 units, tile n the one
+    whose first key minus first query is (lo + n) step (`bias_tile_range`), each tile row-major over
+    (queries, keys), or over (keys, queries) with ``keys_major`` (the dK/dV kernel's transposed tiles),
+    fp32. 7 tiles per head at 64 x 64 and M = 128: 344 KB for 12
+    heads in fp32, one gather launch, once per stack (`SharedInputs`)."""
+    M = (per_distance.size(1) - 1) // 2
+    index = _tile_distances(M, q_block, k_block, keys_major, per_distance.device)
+    scaled = per_distance.detach().to(torch.float32) * LOG2E
+    return scaled[:, index.reshape(-1)]
+
+
 def _padding_counts(key_padding: torch.Tensor) -> tuple:
     """From the (B, S) uint8 padding mask, on the device (no host sync): (B,) int32 one past each
     row's last unpadded key (0 where every key is padding), and (B, S + 1) int32 running counts of
@@ -1320,6 +1460,7 @@ class SharedInputs:
         self.key_padding_mask = key_padding_mask  # (B, S), True (nonzero) at padded keys
         self._padding = None
         self._rows = None  # (per_distance, its version, (T, S, pad), rows, offset)
+        self._tiles = None  # (per_distance, its version, tiles' shapes, bias tiles)
 
     def padding(self, device: torch.device) -> Optional[tuple]:
         """None without a mask; else the (B, S) uint8 mask, (B,) keys end and (B, S + 1) counts."""
@@ -1346,6 +1487,30 @@ class SharedInputs:
             self._rows = (per_distance, version, (T, S, pad), rows, offset)
         return rows, offset
 
+    def bias_tiles(self, per_distance: torch.Tensor, blocks: tuple) -> tuple:
+        """`_call_bias_tiles`, kept while the layers pass the same table, unchanged, with the same tiles."""
+        if torch.compiler.is_compiling():  # nothing kept (class docstring)
+            return _call_bias_tiles(per_distance, blocks)
+        kept = self._tiles
+        version = tensor_version(per_distance)
+        key = tuple(blocks)
+        if kept is not None and kept[0] is per_distance and version is not None and kept[1] == version \
+                and kept[2] == key:
+            return kept[3]
+        tiles = _call_bias_tiles(per_distance, blocks)
+        if version is not None:
+            self._tiles = (per_distance, version, key, tiles)
+        return tiles
+
+
+def _call_bias_tiles(per_distance: torch.Tensor, blocks: tuple) -> tuple:
+    """The three kernels' bias tiles (`_bias_tiles`) for tiles ``blocks``: (forward's, dQ kernel's, dK/dV
+    kernel's keys-major ones); the dQ kernel shares the forward's where their tiles are the same."""
+    block_m, block_n, block_bwd, _, _, _, step_bwd, _ = blocks
+    fwd = _bias_tiles(per_distance, block_m, block_n, False)
+    dq = fwd if (block_m, block_n) == (block_bwd, step_bwd) else _bias_tiles(per_distance, block_bwd, step_bwd, False)
+    return fwd, dq, _bias_tiles(per_distance, step_bwd, block_bwd, True)
+
 
 def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:
     """An empty (B, H, T, D) tensor in (B, T, H, D) memory: a tensor of its own, not a view (under
@@ -1355,9 +1520,12 @@ def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:
 
 class _TritonRPEAttention(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, q, k, v, packed, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal, dropout_p, scale,
-                blocks):
-        # pd, pd_off: `_bias_rows`; kpm, kv_end, pad_count: `_padding_inputs`, or None without padding;
+    def forward(ctx, q, k, v, packed, per_distance, pd, pd_dq, pd_dkdv, pd_off, kpm, kv_end, pad_count, causal,
+                dropout_p, scale, blocks):
+        # pd, pd_off: `_bias_rows`, or with pd_off None the forward's bias tiles and pd_dq, pd_dkdv the dQ and
+        # dK/dV kernels' (`_call_bias_tiles`); None where a kernel reads pd (dynamo refuses an autograd.Function
+        # given one tensor as two inputs);
+        # kpm, kv_end, pad_count: `_padding_inputs`, or None without padding;
         # packed: None, or the (B, T, 3, H, D) projection that q, k, v are read from (then None);
         # per_distance None: bias-free (pd a placeholder, never read; M only sizes unused constants)
         ctx.packed = packed is not None
@@ -1385,6 +1553,8 @@ class _TritonRPEAttention(torch.autograd.Function):
         # maxnreg is not among those it knows (torch 2.11-2.13), so there it could reach the kernel as an argument
         maxnreg = None if torch.compiler.is_compiling() else forward_maxnreg(warps, bits)
         far_loops = has_bias and FAR_LOOPS != "none" and far_loops_pay(T, S, M, blocks)
+        tiles = has_bias and pd_off is None
+        pd_off = 0 if pd_off is None else pd_off
         # O in (B, T, H, D) memory, seen as (B, H, T, D): the caller's merge of the heads
         # (out.transpose(1, 2).reshape(B, T, H * D)) is then a view, not a copy
         o = _time_major(B, H, T, D, q.dtype, q.device)
@@ -1397,19 +1567,21 @@ class _TritonRPEAttention(torch.autograd.Function):
             H, T, S, D, pd.size(-1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
-            FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, HAS_BIAS=has_bias, num_warps=warps,
-            num_stages=stages, **({} if maxnreg is None else dict(maxnreg=maxnreg)))
-        ctx.save_for_backward(q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse)
+            FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, HAS_BIAS=has_bias, BIAS_TILES=tiles,
+            num_warps=warps, num_stages=stages, **({} if maxnreg is None else dict(maxnreg=maxnreg)))
+        ctx.save_for_backward(q, k, v, pd, pd_dq, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, o, lse)
         ctx.dropout_bits = bits
         ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to
         ctx.meta = (has_kpm, bool(causal), float(dropout_p), float(scale), blocks,
-                    per_distance.dtype if has_bias else None, M, pd_off, has_bias)
+                    per_distance.dtype if has_bias else None, M, pd_off, has_bias, tiles)
         return o
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse = ctx.saved_tensors
-        has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off, has_bias = ctx.meta
+        q, k, v, pd, pd_dq, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, o, lse = ctx.saved_tensors
+        pd_dq = pd if pd_dq is None else pd_dq
+        pd_dkdv = pd if pd_dkdv is None else pd_dkdv
+        has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off, has_bias, tiles = ctx.meta
         B, H, T, D = q.shape
         S = k.size(2)
         _, _, block_bwd, _, _, warps, step_bwd, stages = blocks
@@ -1446,7 +1618,8 @@ class _TritonRPEAttention(torch.autograd.Function):
         precision = _precision(q.dtype)
         common = dict(M=M, HAS_KPM=has_kpm, CAUSAL=causal, DROPOUT=dropout_p > 0,
                       BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision, FAR_LOOPS=ctx.far_loops,
-                      DROPOUT_BITS=ctx.dropout_bits, HAS_BIAS=has_bias, num_warps=warps, num_stages=stages)
+                      DROPOUT_BITS=ctx.dropout_bits, HAS_BIAS=has_bias, BIAS_TILES=tiles, num_warps=warps,
+                      num_stages=stages)
         strides = (q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
                    v.stride(0), v.stride(1), v.stride(2), do.stride(0), do.stride(1), do.stride(2))
         acc_strides = dq_acc.stride()[:3] if fused else (0, 0, 0)
@@ -1456,9 +1629,9 @@ class _TritonRPEAttention(torch.autograd.Function):
         # argument and compiles that constexpr as None; test_every_launch_names_every_kernel_argument)
         def dq_kernel():  # dQ and the table gradient (fused: the band's table gradient alone)
             _bwd_dq_kernel[(n_blocks, B * H)](
-                q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq, dtab,
+                q, k, v, pd_dq, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq, dtab,
                 *strides, *(acc_strides if fused else dq.stride()[:3]),
-                H, T, S, D, pd.size(-1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
+                H, T, S, D, pd_dq.size(-1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
                 **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
                 BAND_STAGES=stages if fused else None, BAND_WEIGHTS=True,
                 BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
@@ -1467,8 +1640,8 @@ class _TritonRPEAttention(torch.autograd.Function):
             assert o.stride() == dq.stride()
             dq_kernel()
         _bwd_dkdv_kernel[(n_key_blocks, B * H)](
-            q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, dk, dv, dq_acc, far, *strides,
-            *dk.stride()[:3], *acc_strides, H, T, S, D, pd.size(-1), pd_off, scale, dropout_p,
+            q, k, v, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, dk, dv, dq_acc, far, *strides,
+            *dk.stride()[:3], *acc_strides, H, T, S, D, pd_dkdv.size(-1), pd_off, scale, dropout_p,
             BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=fused, FAR_SUMS=fused and table_grad,
             BAND_Q=block_bwd, BAND_K=step_bwd,
             **dict(common, FAR_LOOPS=dkdv_far_loops(ctx.far_loops, ctx.dropout_bits)))
@@ -1492,7 +1665,7 @@ class _TritonRPEAttention(torch.autograd.Function):
                 dq = dq_acc.to(q.dtype, memory_format=torch.contiguous_format)
         elif ctx.packed:  # the split dQ kernel writes dQ laid out as O
             dq_packed.copy_(dq)
-        rest = (d_table, None, None, None, None, None, None, None, None, None)
+        rest = (d_table, None, None, None, None, None, None, None, None, None, None, None)
         return (None, None, None, dqkv, *rest) if ctx.packed else (dq, dk, dv, None, *rest)
 
 
@@ -1555,6 +1728,9 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     if DROPOUT_MASK not in DROPOUT_MASKS:
         raise ValueError(f"triton_rpe_attention.DROPOUT_MASK (AST_T5_TRITON_DROPOUT_MASK) must be one of "
                          f"{DROPOUT_MASKS}, got {DROPOUT_MASK!r}")
+    if BIAS_LAYOUT not in BIAS_LAYOUTS:
+        raise ValueError(f"triton_rpe_attention.BIAS_LAYOUT (AST_T5_TRITON_BIAS_LAYOUT) must be one of "
+                         f"{BIAS_LAYOUTS}, got {BIAS_LAYOUT!r}")
     if shared is not None and key_padding_mask is not None:
         raise ValueError("pass the key padding mask in `shared` (SharedInputs) or as key_padding_mask, not both")
     dropout_p = effective_dropout_p(dropout_p)
@@ -1563,10 +1739,16 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     T, S, pad = q.size(2), k.size(2), max(blocks[:3])
     if per_distance is None:
         pd, pd_off = _placeholder(q.device, torch.float32), 0
+    elif BIAS_LAYOUT == "tiles":  # the kernels read whole bias tiles; pd_off None says so
+        tiles = (_call_bias_tiles(per_distance, blocks) if shared is None
+                 else shared.bias_tiles(per_distance, blocks))
+        pd, pd_off = tiles, None
     elif shared is None:
         pd, pd_off = _bias_rows(per_distance, T, S, pad)
     else:
         pd, pd_off = shared.bias_rows(per_distance, T, S, pad)
+    pd, pd_dq, pd_dkdv = pd if isinstance(pd, tuple) else (pd, None, None)
+    pd_dq = None if pd_dq is pd else pd_dq  # (one tensor is not passed as two inputs: `_TritonRPEAttention`)
     if shared is None:
         padding = None if key_padding_mask is None else _padding_inputs(key_padding_mask, q.device)
     else:
@@ -1574,8 +1756,8 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     kpm, kv_end, pad_count = (None, None, None) if padding is None else padding
     if packed is not None:
         q = k = v = None  # read from packed (the gradient goes there)
-    return _TritonRPEAttention.apply(q, k, v, packed, per_distance, pd, pd_off, kpm, kv_end, pad_count, causal,
-                                     dropout_p, scale, blocks)
+    return _TritonRPEAttention.apply(q, k, v, packed, per_distance, pd, pd_dq, pd_dkdv, pd_off, kpm, kv_end,
+                                     pad_count, causal, dropout_p, scale, blocks)
 
 
 def effective_dropout_p(dropout_p: float) -> float:

@@ -96,6 +96,15 @@ def far_loops(request, monkeypatch):
     return request.param
 
 
+@pytest.fixture(params=["rows", "tiles"])
+def bias_layout(request, monkeypatch):
+    """Each way the kernels read a tile's bias (`triton_rpe_attention.BIAS_LAYOUT`): gathered from the
+    head's row of distances, or read whole from its bias tiles."""
+    assert request.param in tra.BIAS_LAYOUTS
+    monkeypatch.setattr(tra, "BIAS_LAYOUT", request.param)
+    return request.param
+
+
 @pytest.fixture(params=["philox", "bits"])
 def dropout_mask(request, monkeypatch):
     """Each source of the kernels' dropout keep mask (`triton_rpe_attention.DROPOUT_MASK`): Philox in each
@@ -196,6 +205,33 @@ def test_bias_rows_hold_every_distance_the_tiles_read_in_log2_units(T, S, blocks
     torch.testing.assert_close(rows[:, off + 40].double(), wide[:, 80] * tra.LOG2E, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("M,q_block,k_block", [(8, 16, 16), (128, 64, 64), (12, 32, 16), (16, 16, 64), (40, 16, 16)])
+@pytest.mark.parametrize("keys_major", [False, True])
+def test_bias_tiles_hold_the_bias_of_every_tile_offset(M, q_block, k_block, keys_major):
+    """`_bias_tiles`: tile n is the bias (log2 units) of every tile whose first key minus first query is
+    (lo + n) step (`bias_tile_range`), row-major over (queries, keys), or (keys, queries) keys-major; a tile
+    offset beyond either end reads the end tile (the kernels clamp its index), whose distances all clamp."""
+    per_distance = torch.randn(3, 2 * M + 1, dtype=torch.float64)
+    step, lo, hi = tra.bias_tile_range(M, q_block, k_block)
+    assert step == min(q_block, k_block)
+    tiles = tra._bias_tiles(per_distance, q_block, k_block, keys_major)
+    assert tiles.dtype == torch.float32 and tiles.is_contiguous()
+    tiles = tiles.view(3, hi - lo + 1, *((k_block, q_block) if keys_major else (q_block, k_block)))
+    rows = torch.arange(q_block)[:, None]
+    cols = torch.arange(k_block)[None, :]
+    reach = 3 * (M + max(q_block, k_block)) // step
+    for offset in range(-reach * step, reach * step + 1, step):  # every tile a call could hold
+        index = min(max(offset // step, lo), hi) - lo
+        expected = per_distance[:, (offset + cols - rows).clamp(-M, M) + M] * tra.LOG2E
+        got = tiles[:, index].transpose(1, 2) if keys_major else tiles[:, index]
+        torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=1e-6)
+    assert (tiles[:, 0] == tiles[:, 0, :1, :1]).all() and (tiles[:, -1] == tiles[:, -1, :1, :1]).all()
+    torch.testing.assert_close(tiles[:, 0, 0, 0].double(), per_distance[:, 0] * tra.LOG2E)
+    torch.testing.assert_close(tiles[:, -1, 0, 0].double(), per_distance[:, 2 * M] * tra.LOG2E)
+    with pytest.raises(ValueError, match="divide"):
+        tra.bias_tile_range(M, 48, 32)
+
+
 def make(B, H, T, S, D, M, dtype=torch.float32, pad=False, device="cpu", seed=0):
     g = torch.Generator().manual_seed(seed)
     q, k, v = (torch.randn(B, H, n, D, generator=g).to(device, dtype).requires_grad_() for n in (T, S, S))
@@ -270,7 +306,7 @@ CASES = [  # (T, S, D, M, causal, padding, blocks)
 
 @cpu_only
 @pytest.mark.parametrize("case", CASES)
-def test_forward_and_every_gradient_match_the_fp64_reference(case, backward, far_loops):
+def test_forward_and_every_gradient_match_the_fp64_reference(case, backward, far_loops, bias_layout):
     T, S, D, M, causal, pad, blocks = case
     q, k, v, table, kpm = make(2, 2, T, S, D, M, pad=pad)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
@@ -508,6 +544,47 @@ def test_far_loops_run_on_long_calls_only_and_equal_one_loop(monkeypatch):
     monkeypatch.setattr(tra, "FAR_LOOPS", "yes")
     with pytest.raises(ValueError, match="FAR_LOOPS"):
         tra.triton_rpe_attention(q, k, v, table)
+
+
+@cpu_only
+def test_a_stacks_layers_share_the_bias_tiles(monkeypatch):
+    """With `BIAS_LAYOUT` "tiles" the first layer's call builds the three kernels' bias tiles (the dQ
+    kernel sharing the forward's when their tiles match), the next layers reuse them, and no bias rows are
+    built; the same table changed in place, or other tiles, builds them again; the launches carry them."""
+    monkeypatch.setattr(tra, "BIAS_LAYOUT", "tiles")
+    monkeypatch.setattr(tra, "BLOCKS_OVERRIDE", SMALL)
+    built = []
+    real = tra._bias_tiles
+
+    def tiles(*args):
+        built.append(args[1:4])
+        return real(*args)
+
+    def no_rows(*args):
+        raise AssertionError("bias rows built with BIAS_LAYOUT tiles")
+    monkeypatch.setattr(tra, "_bias_tiles", tiles)
+    monkeypatch.setattr(tra, "_bias_rows", no_rows)
+    read = spy_launches(monkeypatch, "_bwd_dkdv_kernel", "BIAS_TILES")
+    T, D, M = 37, 16, 8
+    q, k, v, table, kpm = make(2, 2, T, T, D, M, pad=True)
+    grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1))
+    folded, _, _ = ab.fold_masks("triton", RelativeBias(table, T, T), kpm, False)
+    layers = [fwd_bwd(lambda *x: ab.attention(*x[:3], bias=folded, backend="triton"), [q, k, v, table], grad)
+              for _ in range(3)]
+    assert built == [(16, 16, False), (16, 16, True)] and read == [True] * 3  # SMALL: forward = dQ tiles
+    own = fwd_bwd(lambda *x: tra.triton_rpe_attention(*x, key_padding_mask=kpm), [q, k, v, table], grad)
+    for result in layers:
+        assert max(max_errors(result, own)) == 0.0
+    inputs = folded.triton_inputs()
+    blocks = tra.resolve_blocks(SMALL)
+    kept = inputs.bias_tiles(table, blocks)
+    assert len(built) == 4
+    with torch.no_grad():
+        table.mul_(2.0)
+    again = inputs.bias_tiles(table, blocks)
+    assert len(built) == 6 and not torch.equal(again[0], kept[0])
+    inputs.bias_tiles(table, tra.resolve_blocks(RECT))  # other tiles: the dQ kernel's its own
+    assert built[6:] == [(16, 16, False), (32, 16, False), (16, 32, True)]
 
 
 @cpu_only
@@ -946,8 +1023,13 @@ def test_keep_mask_is_philox_in_the_documented_layout():
 
 
 @cpu_only
+@pytest.mark.parametrize("layout", ["rows", "tiles"])
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_half_precision_within_a_small_multiple_of_torchs_own_error(dtype):
+def test_half_precision_within_a_small_multiple_of_torchs_own_error(dtype, layout, monkeypatch):
+    """Half-precision calls, with the bias rows and with the bias tiles (`BIAS_LAYOUT`), within 4x PyTorch's
+    own error in the same dtype."""
+    monkeypatch.setattr(tra, "BIAS_LAYOUT", layout)
+    tiles = spy_launches(monkeypatch, "_fwd_kernel", "BIAS_TILES")
     T, S, D, M = 37, 37, 32, 8
     q, k, v, table, kpm = make(2, 2, T, S, D, M, dtype=dtype, pad=True)
     grad = torch.randn(2, 2, T, D, generator=torch.Generator().manual_seed(1)).to(dtype)
@@ -959,6 +1041,7 @@ def test_half_precision_within_a_small_multiple_of_torchs_own_error(dtype):
     own = fwd_bwd(lambda *x: tra.reference_attention(*x, key_padding_mask=kpm), own_leaves, grad)
     for name, err, own_err in zip("out dq dk dv dtable".split(), max_errors(got, ref), max_errors(own, ref)):
         assert err <= 4 * own_err + 1e-4, (name, err, own_err)
+    assert tiles == [layout != "rows"]
 
 
 @cpu_only
@@ -1500,7 +1583,9 @@ def test_inductor_sees_each_launch_write_only_its_outputs():
     launch writes, and copies nothing else. Each kernel writes only its outputs: the forward O and the
     log-sum-exp; the split backward's dQ kernel dQ, the table's partial sums and delta, its dK/dV kernel
     dK and dV; the fused backward's dK/dV kernel dK, dV, the fp32 dQ accumulator and the far sums, its band
-    kernel the table's partial sums; the dropout bits kernel its bits. When the analysis fails (a launch
+    kernel the table's partial sums; the dropout bits kernel its bits; with the bias rows and with the bias
+    tiles (`BIAS_LAYOUT`; a version reading the far tiles' bias in a helper given PD had the dK/dV kernel
+    write PD, found 2026-11-27). When the analysis fails (a launch
     leaving out a defaulted argument: the dQ kernel's BAND_WEIGHTS until 2026-11-26), it takes every tensor
     argument as written, and the compiled graph clones q, k, v, O, dO, ... around every call; this test
     then fails."""
@@ -1509,18 +1594,22 @@ def test_inductor_sees_each_launch_write_only_its_outputs():
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     env["TRITON_DEFAULT_FP_FUSION"] = "1"
     structures = [("split", "none", "philox", 0.0), ("split", "all", "bits", 0.1), ("fused", "backward", "philox", 0.1)]
-    proc = subprocess.run([sys.executable, "-c", _WRITTEN_SCRIPT, json.dumps(structures)], env=env,
-                          capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "identify" not in proc.stderr, proc.stderr[-3000:]  # torch's warning when its analysis fails
-    written = json.loads(proc.stdout.strip().splitlines()[-1])
+    written = {}
+    for layout in ("rows", "tiles"):  # `BIAS_LAYOUT`: the bias read from its rows, or whole from its tiles
+        proc = subprocess.run([sys.executable, "-c", _WRITTEN_SCRIPT, json.dumps(structures)],
+                              env=dict(env, AST_T5_TRITON_BIAS_LAYOUT=layout), capture_output=True, text=True,
+                              timeout=600)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+        assert "identify" not in proc.stderr, proc.stderr[-3000:]  # torch's warning when its analysis fails
+        written.update({f"{key} {layout}": launches
+                        for key, launches in json.loads(proc.stdout.strip().splitlines()[-1]).items()})
     outputs = {"_fwd_kernel": ["LSE", "O"], "_dropout_bits_kernel": ["BITS"]}
     split = dict(outputs, _bwd_dq_kernel=["DELTA", "DQ", "DTAB"], _bwd_dkdv_kernel=["DK", "DV"])
     fused = dict(outputs, _bwd_dq_kernel=["DTAB"], _bwd_dkdv_kernel=["DK", "DQACC", "DV", "FAR"])
     for key, launches in written.items():
         expected = fused if key.startswith("fused") else split
         assert launches and all(found == expected[name] for name, found in launches), (key, launches)
-    assert [name for name, _ in written["split all bits 0.1"]][0] == "_dropout_bits_kernel"
+    assert [name for name, _ in written["split all bits 0.1 tiles"]][0] == "_dropout_bits_kernel"
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
@@ -1586,6 +1675,22 @@ def test_the_bias_rows_are_gathered_4_bytes_at_a_time_whatever_the_lengths():
     assert [line["kernel"] for line in lines] == ["fwd", "dkdv", "dq"], stdout
     assert {line["bias"] for line in lines} == {"4"}, stdout
     assert "0 kernel(s) without 4-byte bias copies" in stdout, stdout
+
+
+@pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")
+def test_whole_bias_tiles_compile_for_hopper_with_16_byte_copies_and_no_gather():
+    """`BIAS_LAYOUT` "tiles" for sm90 at the default tiles, with and without padding (no dropout): each
+    kernel's bias goes 16 bytes at a time (none of the gather's 4-byte copies left), its loads pipelined,
+    wgmma not serialized, 2 or more programs per SM. (No spill under Triton 3.6, the GPU host's; under 3.9
+    the dQ kernel, at 255 registers with the rows, spills 8 bytes with the tiles.)"""
+    _, rows = compile_check("--variants", "plain", "padded", "--bias-layout", "rows")
+    stdout, tiles = compile_check("--variants", "plain", "padded", "--bias-layout", "tiles")
+    assert [r["kernel"] for r in tiles] == [r["kernel"] for r in rows] == ["fwd", "dkdv", "dq"] * 2, stdout
+    assert "0 kernel(s) still copying 4 bytes at a time or unpipelined" in stdout, stdout
+    for row, before in zip(tiles, rows):
+        assert row["bias"] == "16" and before["bias"] == "4", (row, before)
+        assert row["mma"] == "wgmma" and row["pipe"] == "yes" and row["ser"] == "no", row
+        assert int(row["occ"]) >= 2 and int(row["stack"]) <= 8, row
 
 
 @pytest.mark.skipif(CUDA, reason="CUDA host: the GPU tests compile and run the kernels")

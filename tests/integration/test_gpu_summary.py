@@ -19,6 +19,7 @@ FIGURES = {
         row("triton", 0.0, False, 2.0, kernels={"_bwd_dq_kernel": 0.9, "_fwd_kernel": 0.5}),
         row("triton-fused", 0.0, False, 1.6), row("triton-frozen", 0.0, False, 1.5),
         row("triton-one-loop", 0.0, False, 1.25), row("triton-far-all", 0.0, False, 1.6),
+        row("triton-tiles", 0.0, False, 1.0),
         row("sdpa-prebuilt", 0.0, False, 2.6), row("flash-nobias", 0.0, False, 0.7),
         row("triton", 0.1, False, 2.5, graph_ms=1.6), row("triton-fused", 0.1, False, 2.0),
         row("sdpa-prebuilt", 0.1, False, 3.0, graph_ms=3.2),
@@ -78,12 +79,12 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     out = proc.stdout
     assert "NVIDIA H100 80GB HBM3, torch 2.11.0+cu130" in out
     assert "attention_tests skipped (0 s)" in out
-    # the triton row against fused, one loop and the forward's far loop, the table gradient's share, the
-    # issue's targets at 1024 only
+    # the triton row against fused, one loop, the forward's far loop and the bias tiles, the table gradient's
+    # share, the targets at 1024 only (the best triton row: the bias tiles here)
     assert ("dropout 0 padded no : triton 2.000, fused 1.600 (1.25x), one-loop 1.250 (1.60x), far-all 1.600 (1.25x), "
-            "frozen 1.500 (table gradient 25%)" in out)
-    assert "target <= 1.0 ms: not met (1.250)" in out
-    assert "far-all n/a, bits 1.250 (2.00x), frozen" in out  # the dropout mask's bits: with dropout only
+            "tiles 1.000 (2.00x), frozen 1.500 (table gradient 25%)" in out)
+    assert "target <= 1.0 ms: met (1.000)" in out
+    assert "far-all n/a, tiles n/a, bits 1.250 (2.00x), frozen" in out  # the dropout mask's bits: with dropout only
     assert "x pre 2.40 (target >= 2: met)" in out  # the best triton row (bits) against sdpa-prebuilt
     assert ", bits" not in out.split("dropout 0 padded no :")[1].split("\n")[0]
     assert "fused n/a" in out  # a row that did not run
