@@ -1396,8 +1396,8 @@ def _bias_tiles(per_distance: torch.Tensor, q_block: int, k_block: int, keys_maj
     (`BIAS_LAYOUT` "tiles", `_tiled_bias`): (H, tiles x q_block x k_block) in log2 units, tile n the one
     whose first key minus first query is (lo + n) step (`bias_tile_range`), each tile row-major over
     (queries, keys), or over (keys, queries) with ``keys_major`` (the dK/dV kernel's transposed tiles),
-    fp32. 7 tiles per head at 64 x 64 and M = 128: 344 KB for 12
-    heads in fp32, one gather launch, once per stack (`SharedInputs`)."""
+    fp32. 7 tiles per head at 64 x 64 and M = 128: 1.3 MB for 12 heads (as much again for the dK/dV
+    kernel's keys-major tiles), one gather launch, once per stack (`SharedInputs`)."""
     M = (per_distance.size(1) - 1) // 2
     index = _tile_distances(M, q_block, k_block, keys_major, per_distance.device)
     scaled = per_distance.detach().to(torch.float32) * LOG2E

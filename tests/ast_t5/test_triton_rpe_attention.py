@@ -544,6 +544,10 @@ def test_far_loops_run_on_long_calls_only_and_equal_one_loop(monkeypatch):
     monkeypatch.setattr(tra, "FAR_LOOPS", "yes")
     with pytest.raises(ValueError, match="FAR_LOOPS"):
         tra.triton_rpe_attention(q, k, v, table)
+    monkeypatch.setattr(tra, "FAR_LOOPS", "backward")
+    monkeypatch.setattr(tra, "BIAS_LAYOUT", "tiles-fp16")  # tried, not offered (`BIAS_LAYOUT`)
+    with pytest.raises(ValueError, match="BIAS_LAYOUT"):
+        tra.triton_rpe_attention(q, k, v, table)
 
 
 @cpu_only
