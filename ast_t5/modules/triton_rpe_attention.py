@@ -1172,10 +1172,10 @@ BIAS_LAYOUTS = ("rows", "tiles")
 #   and M = 128), built once per stack (16 KB each, in fp32), copied 16 bytes at a time, bypassing L1.
 # Why: on the H200 (2026-11-26) the forward took 2.6x the bias-free yardstick at the same tiles and dK/dV 1.8x,
 # where their loops run 1.3x its instructions; the bytes a 64 x 64 tile moves through shared memory and L1
-# (K and V 32 KB, the gathered bias 48 KB or more) give about those ratios, and whole tiles move 32 KB of bias
-# (BENCHMARKS.md, "The bias as whole tiles"). Not the default until a GPU measures it (bench_attention's
-# triton-tiles row). Tiles in fp16 (half the bytes again) made ptxas serialize the forward's and dK/dV's
-# matrix products under Triton 3.6, the GPU host's: not offered.
+# (the forward's K and V 32 KB, the gathered bias 48 KB or more) give about those ratios, and whole tiles
+# move 32 KB of bias (BENCHMARKS.md, "The bias as whole tiles"). Not the default until a GPU measures it
+# (bench_attention's triton-tiles row). Tiles in fp16 (half the bytes again) made ptxas serialize the
+# forward's and dK/dV's matrix products under Triton 3.6, the GPU host's: not offered.
 BIAS_LAYOUT = os.environ.get("AST_T5_TRITON_BIAS_LAYOUT", "rows")
 
 
