@@ -281,9 +281,10 @@ def main(argv=None) -> int:
         if not torch.cuda.is_available():
             raise SystemExit("bench_recipe: --device cuda: no CUDA device is available")
     with tempfile.TemporaryDirectory(prefix="bench_recipe_") as tmp:
-        work = args.work or tmp
+        # the trainer runs in `work` (its outputs land there), so every path it is given is absolute
+        work = os.path.abspath(args.work or tmp)
         os.makedirs(work, exist_ok=True)
-        data = args.data or default_corpus(work, args.vocab_size, args.workers,
+        data = os.path.abspath(args.data) if args.data else default_corpus(work, args.vocab_size, args.workers,
                                            max(1.0, args.timeout - (time.perf_counter() - started))
                                            if args.timeout else None)
         cmd = train_command(args, data, os.path.join(work, "checkpoints"))
