@@ -12,11 +12,17 @@ def bench():
     return load_benchmark("bench_recipe")
 
 
-def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, pretrain_data, tmp_path, capsys):
+def test_cpu_run_reports_steady_state_figures_from_the_trainers_records(bench, pretrain_data, tmp_path, capsys,
+                                                                         monkeypatch):
+    """Relative --data and --work as gpu_check gives them (the trainer runs inside --work: on an H200,
+    2026-11-27, a relative corpus path failed there with 'dict.txt not found')."""
+    import os
+
     out = tmp_path / "recipe.json"
     log = tmp_path / "recipe.log"
-    assert bench.main(["--device", "cpu", "--data", str(pretrain_data), "--updates", "8", "--log-interval", "2",
-                       "--work", str(tmp_path / "work"), "--json", str(out), "--log", str(log)]) == 0
+    monkeypatch.chdir(tmp_path)
+    assert bench.main(["--device", "cpu", "--data", os.path.relpath(pretrain_data, tmp_path), "--updates", "8",
+                       "--log-interval", "2", "--work", "work", "--json", str(out), "--log", str(log)]) == 0
     payload = json.loads(out.read_text())
     summary, records = payload["summary"], payload["records"]
     assert summary["exit"] == 0 and summary["last_update"] == 8 and summary["oom_recoveries"] == 0
