@@ -267,6 +267,21 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
     return lines
 
 
+def bias_grad_lines(bias_grad: Optional[Dict]) -> List[str]:
+    """The relative bias's gradient (bench_bias_grad): a gather's backward against diagonal sums."""
+    if not isinstance(bias_grad, dict) or not isinstance(bias_grad.get("lengths"), dict):
+        return []
+    parts = []
+    for length, row in bias_grad["lengths"].items():
+        ms = row.get("ms", {})
+        modes = [m for m in ("compiled", "eager") if f"gather {m}" in ms and f"diagonals {m}" in ms]
+        parts.append(f"T={length}: " + ", ".join(
+            f"{m} {_ms(ms[f'gather {m}'])} -> {_ms(ms[f'diagonals {m}'])} ms "
+            f"({ms[f'gather {m}'] / ms[f'diagonals {m}']:.1f}x)" for m in modes))
+    return [f"bias gradient (gather -> diagonal sums, {bias_grad.get('dtype')}, {bias_grad.get('tokens')} tokens): "
+            + "; ".join(parts)]
+
+
 def optimizer_lines(optimizer: Optional[Dict]) -> List[str]:
     """The adamw_scale step (bench_optimizer): foreach against the fused kernel, and the floor."""
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("steps"), dict):
@@ -359,6 +374,7 @@ def summary(figures: Dict) -> List[str]:
         if isinstance(figures.get(key), dict):
             lines += model_lines(figures[key])
     lines += train_lines(figures.get("recipe"), figures.get("train"))
+    lines += bias_grad_lines(figures.get("bias_grad"))
     lines += optimizer_lines(figures.get("optimizer"))
     lines += host_overhead_lines(figures.get("host_overhead"))
     lines += compile_lines(figures.get("compile"))

@@ -52,6 +52,10 @@ FIGURES = {
               "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9,
               "profile": {"gpu_kernel_kinds": {"shares": {"matrix products": 0.55, "attention": 0.25, "other": 0.2},
                                                "busy_of_span": 0.874}}},
+    "bias_grad": {"dtype": "bf16", "tokens": 32768, "lengths": {
+        "512": {"ms": {"gather eager": 2.0, "diagonals eager": 1.0, "gather compiled": 600.0,
+                       "diagonals compiled": 1.5}},
+        "1024": {"ms": {"gather eager": 4.0, "diagonals eager": 2.5}}}},
     "optimizer": {"arch": "t5_v11_base", "parameters": 247.6e6, "steps": {"foreach": {"ms": 9.5}, "fused": {"ms": 3.1}},
                   "speedup_fused": 3.06, "floor_ms": 2.7},
     "host_overhead": {"config": "base", "full_width": False, "speedup_per_update": 1.25,
@@ -124,6 +128,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: met), peak memory ours / HF 0.90x") in out
     assert ("bench_train GPU time by kind of kernel (GPU busy 87% of the update's span): matrix products 55.0%, "
             "attention 25.0%, other 20.0%") in out
+    assert ("bias gradient (gather -> diagonal sums, bf16, 32768 tokens): T=512: compiled 600.000 -> 1.500 ms "
+            "(400.0x), eager 2.000 -> 1.000 ms (2.0x); T=1024: eager 4.000 -> 2.500 ms (1.6x)") in out
     assert ("adamw_scale step (t5_v11_base, 248M fp32): foreach 9.500 ms, fused 3.100 ms (3.06x; the fused "
             "kernel is adamw_scale's default, fused=false to leave it), floor 2.700 ms") in out
     assert ("host time after clipping per update (base, narrow): fairseq 6.100 ms / 668 launching ops, ours "
