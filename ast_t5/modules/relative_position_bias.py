@@ -122,10 +122,11 @@ def distance_grad(grad_dense: torch.Tensor, max_distance: int, query_offset: int
     ``grad_dense`` is (..., H, T, S); leading dimensions are summed first. Each row i of the (H, T,
     S) sum is shifted right by T - 1 - i (a pad of T zeros per row, read back with rows one
     element shorter), which lines up every diagonal j - i in one column; a sum over rows gives one
-    value per distance -(T - 1)..S - 1, and the distances beyond +-M fold into the end entries
-    through a product with a (T + S - 1, 2 M + 1) one-hot matrix. Everything is reductions, views
-    and one small matrix product: inductor compiles it without atomics (so deterministically), and
-    with no branch on T or S (no guard, no recompilation per length).
+    value per distance -(T - 1)..S - 1, and each of the 2 M + 1 results (the ends gathering every
+    distance beyond +-M) is a difference of two prefix sums of those. Everything is reductions,
+    views and gathers: inductor compiles it without atomics (so deterministically), and with no
+    branch on T or S (no guard, no recompilation per length); no matrix product either, so model
+    FLOP counts stay the model's.
     """
     wide = torch.float64 if grad_dense.dtype == torch.float64 else torch.float32
     g = grad_dense.reshape(-1, *grad_dense.shape[-3:]).sum(0, dtype=wide)  # (H, T, S)
@@ -133,10 +134,16 @@ def distance_grad(grad_dense: torch.Tensor, max_distance: int, query_offset: int
     width = q_len + k_len - 1
     shifted = torch.nn.functional.pad(g.flip(1), (0, q_len)).reshape(heads, -1)[:, :q_len * width]
     per_distance = shifted.reshape(heads, q_len, width).sum(1)  # column c: distance c - (T - 1)
-    distances = torch.arange(width, device=g.device) - (q_len - 1 + query_offset)
-    index = distances.clamp(-max_distance, max_distance) + max_distance
-    fold = index[:, None] == torch.arange(2 * max_distance + 1, device=g.device)
-    return per_distance @ fold.to(wide)
+    # entry k of the result sums the columns whose distance is k - M (k = 0: every distance <= -M; k =
+    # 2 M: every distance >= M): the difference of two prefix sums, in float64 so that a small entry
+    # is not lost against the total; column c holds distance c - (T - 1) - query_offset
+    prefix = torch.nn.functional.pad(per_distance.double().cumsum(1), (1, 0))  # (H, W + 1)
+    column = torch.arange(-max_distance, max_distance + 1, device=g.device) + (q_len - 1 + query_offset)
+    lower, upper = column.clamp(0, width), (column + 1).clamp(0, width)
+    lower[0], upper[-1] = 0, width
+    index = torch.stack((lower, upper)).expand(heads, 2, -1).reshape(heads, -1)
+    ends = prefix.gather(1, index).view(heads, 2, -1)
+    return (ends[:, 1] - ends[:, 0]).to(wide)
 
 
 class _DenseBias(torch.autograd.Function):
