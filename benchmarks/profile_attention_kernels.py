@@ -6,8 +6,9 @@
 and backward of the `triton` backend at the attention issue's shape (B16 H12 T=S=1024 D64 bf16,
 the (H, 32) bucket table's gradient included) under ``ncu`` with the sections that say what bounds
 a kernel, one ncu run per condition in this order (those that do not fit ``--timeout`` are
-skipped): attention dropout 0; the fused backward (``triton-fused``: dK/dV adding dQ, then the
-band kernel); the bias-free flash call at the same shape (PyTorch's or the flash-attn package's
+skipped): attention dropout 0; the bias read as whole tiles (``triton-tiles``: BIAS_LAYOUT =
+"tiles", whose bytes per tile through shared memory and L1 the SpeedOfLight and stall counters
+test: 16-byte copies instead of the rows' 4-byte gather); the bias-free flash call at the same shape (PyTorch's or the flash-attn package's
 FlashAttention kernels: what a tuned kernel's counters look like); dropout 0.1; one loop per kernel
 (``triton-one-loop``: triton_rpe_attention.FAR_LOOPS = "none", where the triton rows' dK/dV and dQ
 kernels walk their far tiles in a loop of their own, the default since 2026-11-27). For each kernel
@@ -67,7 +68,7 @@ SECTIONS = ("SpeedOfLight", "ComputeWorkloadAnalysis", "Occupancy", "LaunchStats
 # the triton backend's three kernels and the flash kernels; PyTorch's small kernels around them are not profiled
 KERNEL_FILTER = "regex:_fwd_kernel|_bwd_dkdv_kernel|_bwd_dq_kernel|flash"
 # in order of need: one ncu run each, so that a run cut short keeps what came before
-CONDITIONS = (("triton", 0.0), ("triton-fused", 0.0), ("flash-nobias", 0.0), ("triton", 0.1), ("triton-one-loop", 0.0))
+CONDITIONS = (("triton", 0.0), ("triton-tiles", 0.0), ("flash-nobias", 0.0), ("triton", 0.1), ("triton-one-loop", 0.0))
 STALL = re.compile(r"^smsp__average_warps_issue_stalled_(\w+?)_per_issue_active\.ratio$")
 TENSOR = re.compile(r"^sm__(?:pipe_tensor\w*_cycles_active|inst_executed_pipe_tensor\w*)"
                     r"\.avg\.pct_of_peak_sustained_active$")
@@ -226,8 +227,6 @@ def label_results(results: List[Dict], conditions=CONDITIONS) -> List[Dict]:
         else:
             result["condition"] = "unknown"
         result["kind"] = kernel_kind(name)
-        if backend == "triton-fused":  # its dK/dV kernel adds dQ; its dQ kernel is the band kernel
-            result["kind"] = {"dK/dV": "dK/dV+dQ", "dQ": "band"}.get(result["kind"], result["kind"])
     return results
 
 

@@ -22,8 +22,8 @@ COLUMNS = ["gpu__time_duration.sum", "sm__throughput.avg.pct_of_peak_sustained_e
            "sm__inst_executed_pipe_tensor_op_gmma.avg.pct_of_peak_sustained_active",
            STALL.format("long_scoreboard"), STALL.format("wait"), STALL.format("barrier")]
 UNITS = ["nsecond", "%", "%", "%", "", "register/thread", "%", "%", "", "", ""]
-# (kernel name, duration ns, ..., stalls) per condition, in profile.CONDITIONS' order: triton p0, the fused
-# backward, flash, triton p0.1, one loop per kernel
+# (kernel name, duration ns, ..., stalls) per condition, in profile.CONDITIONS' order: triton p0, the bias
+# as whole tiles, flash, triton p0.1, one loop per kernel
 BY_CONDITION = [
     [("_fwd_kernel", "612,345", 40.5, 35.0, 30.1, 6.5, 128, 22.0, 20.0, 0.5, 2.5, 1.0),
      ("_bwd_dkdv_kernel", "900,000", 41.0, 36.0, 20.0, 7.0, 244, 25.0, 24.0, 0.3, 1.5, 3.0),
@@ -81,7 +81,7 @@ def test_the_counters_of_each_kernel_are_read_and_labelled_by_condition(long_for
     assert [r["kernel"] for r in results] == [k[0] for k in KERNELS]
     assert [(r["condition"], r["kind"]) for r in results] == [
         ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
-        ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
+        ("triton-tiles p0", "forward"), ("triton-tiles p0", "dK/dV"), ("triton-tiles p0", "dQ"),
         ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
         ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
         ("triton-one-loop p0", "forward"), ("triton-one-loop p0", "dK/dV"), ("triton-one-loop p0", "dQ")]
@@ -187,7 +187,7 @@ def test_a_run_profiles_the_workload_with_the_bounding_sections_and_writes_every
     assert payload["ncu"]["version"].startswith("Version 2025.3.1")
     assert [(k["condition"], k["kind"]) for k in payload["kernels"]] == [
         ("triton p0", "forward"), ("triton p0", "dK/dV"), ("triton p0", "dQ"),
-        ("triton-fused p0", "forward"), ("triton-fused p0", "dK/dV+dQ"), ("triton-fused p0", "band"),
+        ("triton-tiles p0", "forward"), ("triton-tiles p0", "dK/dV"), ("triton-tiles p0", "dQ"),
         ("flash-nobias p0", "flash_fwd_kernel"), ("flash-nobias p0", "flash_bwd_dot_do_o_kernel"),
         ("triton p0.1", "forward"), ("triton p0.1", "dK/dV"), ("triton p0.1", "dQ"),
         ("triton-one-loop p0", "forward"), ("triton-one-loop p0", "dK/dV"), ("triton-one-loop p0", "dQ")]
@@ -224,12 +224,12 @@ def test_a_run_past_its_time_is_stopped_with_every_process_it_started(tmp_path):
 
 def test_a_run_without_counters_or_without_ncu_says_why(tmp_path, fake_ncu, monkeypatch, capsys):
     out = tmp_path / "profile.json"
-    # the fused backward's run fails (its workload, not ncu): the others still come back
+    # the tiles' run fails (its workload, not ncu): the others still come back
     monkeypatch.setenv("FAKE_NCU_FAIL", "1")
     monkeypatch.setenv("FAKE_NCU_FAIL_MESSAGE", "==ERROR== The application returned an error code (1).")
     assert profile.main(["--ncu", str(fake_ncu), "--json", str(out)]) == 1
     payload = json.loads(out.read_text())
-    assert list(payload["errors"]) == ["triton-fused p0"] and "error code (1)" in payload["errors"]["triton-fused p0"]
+    assert list(payload["errors"]) == ["triton-tiles p0"] and "error code (1)" in payload["errors"]["triton-tiles p0"]
     assert {k["condition"] for k in payload["kernels"]} == {"triton p0", "flash-nobias p0", "triton p0.1",
                                                           "triton-one-loop p0"}
     assert "error code (1)" in capsys.readouterr().err
