@@ -23,17 +23,19 @@ The floor is one read of the (B, H, T, S) gradient at the copy bandwidth measure
     python benchmarks/bench_bias_grad.py                        # CPU: 256 512, 4096 tokens per call
 """
 import argparse
-import json
 import os
 import statistics
 import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # bench_optimizer's copy_bandwidth
 
 import torch  # noqa: E402
 
+from ast_t5.ablate.train import atomic_write_json  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativeBias, distance_index  # noqa: E402
+from bench_optimizer import copy_bandwidth  # noqa: E402
 
 VARIANTS = ("gather", "diagonals")
 DTYPES = {"bf16": torch.bfloat16, "fp32": torch.float32}
@@ -100,20 +102,6 @@ def _timed(fn, table, grad, device):
     return time.perf_counter() - t0
 
 
-def copy_bandwidth(numel: int, device) -> float:
-    """Bytes per second of one device copy (read + write) of ``numel`` fp32 values, median of 5."""
-    src = torch.empty(numel, device=device)
-    dst = torch.empty_like(src)
-    times = []
-    for _ in range(5):
-        _sync(device)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        _sync(device)
-        times.append(time.perf_counter() - t0)
-    return 8 * numel / statistics.median(times)
-
-
 def measure(args) -> dict:
     device, dtype = torch.device(args.device), DTYPES[args.dtype]
     g = torch.Generator(device=device).manual_seed(0)
@@ -178,10 +166,7 @@ def main(argv=None) -> int:
     out = measure(args)
     print(report(out))
     if args.json:
-        tmp = args.json + ".tmp"
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(out, f, indent=1)
-        os.replace(tmp, args.json)
+        atomic_write_json(args.json, out)
         print(f"wrote {args.json}")
     return 0
 

@@ -86,6 +86,20 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+def copy_bandwidth(numel: int, device) -> float:
+    """Bytes per second of one device copy (read + write) of ``numel`` fp32 values, median of 5."""
+    src = torch.empty(numel, device=device)
+    dst = torch.empty_like(src)
+    copies = []
+    for _ in range(5):
+        _sync(device)
+        t0 = time.perf_counter()
+        dst.copy_(src)
+        _sync(device)
+        copies.append(time.perf_counter() - t0)
+    return 8 * numel / statistics.median(copies)
+
+
 def measure(args) -> dict:
     from ast_t5.optim.adamw_scale import AdamWScale
 
@@ -115,17 +129,7 @@ def measure(args) -> dict:
     finally:
         torch._fused_adamw_ = kernel
 
-    # the device's copy bandwidth, measured now: one copy of the parameters' size (read + write)
-    src = torch.empty(numel, device=device)
-    dst = torch.empty_like(src)
-    copies = []
-    for _ in range(5):
-        _sync(device)
-        t0 = time.perf_counter()
-        dst.copy_(src)
-        _sync(device)
-        copies.append(time.perf_counter() - t0)
-    bandwidth = 8 * numel / statistics.median(copies)  # bytes per second
+    bandwidth = copy_bandwidth(numel, device)  # measured now: one copy of the parameters' size
     reference = runs["foreach"][0]
     error = max(float(((p.detach() - q.detach()).abs().max() / q.detach().abs().max().clamp_min(1e-12)))
                 for p, q in zip(runs["fused"][0], reference))
