@@ -84,9 +84,9 @@ class RelativeBias(NamedTuple):
         """The (1, H, q_len, k_len) bias tensor (for kernels that take a bias as a tensor).
 
         Its gradient reaches ``per_distance`` through `distance_grad` (sums along diagonals), not
-        through the gather's own backward: that one is an atomic add per (b, h, i, j) onto the
-        H (2 M + 1) entries, which inductor fuses with the batch sum into one kernel of B H T S
-        contended atomics (1.3 s of a 1.4 s T5-base update on an H200, 2026-11-27).
+        through the gather's own backward, an accumulating index_put onto the H (2 M + 1) entries
+        that inductor compiles to contended atomic adds, fused with the batch sum (1.3 s of a 1.4 s
+        T5-base update on an H200, 2026-11-27).
         """
         return _DenseBias.apply(self.per_distance, self.q_len, self.k_len, self.query_offset).unsqueeze(0)
 
@@ -122,11 +122,10 @@ def distance_grad(grad_dense: torch.Tensor, max_distance: int, query_offset: int
     ``grad_dense`` is (..., H, T, S); leading dimensions are summed first. Each row i of the (H, T,
     S) sum is shifted right by T - 1 - i (a pad of T zeros per row, read back with rows one
     element shorter), which lines up every diagonal j - i in one column; a sum over rows gives one
-    value per distance -(T - 1)..S - 1, and each of the 2 M + 1 results (the ends gathering every
-    distance beyond +-M) is a difference of two prefix sums of those. Everything is reductions,
-    views and gathers: inductor compiles it without atomics (so deterministically), and with no
-    branch on T or S (no guard, no recompilation per length); no matrix product either, so model
-    FLOP counts stay the model's.
+    value per distance -(T - 1)..S - 1, of which the 2 M + 1 results are gathered, the two ends
+    summing every distance beyond +-M. Everything is reductions, views and gathers: inductor
+    compiles it without atomics (so deterministically), and with no branch on T or S (no guard, no
+    recompilation per length); no matrix product either, so model FLOP counts stay the model's.
     """
     wide = torch.float64 if grad_dense.dtype == torch.float64 else torch.float32
     g = grad_dense.reshape(-1, *grad_dense.shape[-3:]).sum(0, dtype=wide)  # (H, T, S)
@@ -134,16 +133,18 @@ def distance_grad(grad_dense: torch.Tensor, max_distance: int, query_offset: int
     width = q_len + k_len - 1
     shifted = torch.nn.functional.pad(g.flip(1), (0, q_len)).reshape(heads, -1)[:, :q_len * width]
     per_distance = shifted.reshape(heads, q_len, width).sum(1)  # column c: distance c - (T - 1)
-    # entry k of the result sums the columns whose distance is k - M (k = 0: every distance <= -M; k =
-    # 2 M: every distance >= M): the difference of two prefix sums, in float64 so that a small entry
-    # is not lost against the total; column c holds distance c - (T - 1) - query_offset
-    prefix = torch.nn.functional.pad(per_distance.double().cumsum(1), (1, 0))  # (H, W + 1)
-    column = torch.arange(-max_distance, max_distance + 1, device=g.device) + (q_len - 1 + query_offset)
-    lower, upper = column.clamp(0, width), (column + 1).clamp(0, width)
-    lower[0], upper[-1] = 0, width
-    index = torch.stack((lower, upper)).expand(heads, 2, -1).reshape(heads, -1)
-    ends = prefix.gather(1, index).view(heads, 2, -1)
-    return (ends[:, 1] - ends[:, 0]).to(wide)
+    # column c holds distance c - (T - 1) - query_offset; entry k of the result is the column of
+    # distance k - M (zero where no pair is that far apart), except the ends: entry 0 sums every
+    # distance <= -M and entry 2 M every distance >= M (masked sums, no cancellation)
+    shift = q_len - 1 + query_offset
+    distance = torch.arange(width, device=g.device) - shift
+    zero = per_distance.new_zeros(())
+    below = torch.where(distance <= -max_distance, per_distance, zero).sum(1, keepdim=True)
+    above = torch.where(distance >= max_distance, per_distance, zero).sum(1, keepdim=True)
+    column = torch.arange(1 - max_distance, max_distance, device=g.device) + shift
+    inside = per_distance.gather(1, column.clamp(0, width - 1).expand(heads, -1))
+    inside = torch.where((column >= 0) & (column < width), inside, zero)
+    return torch.cat((below, inside, above), 1)
 
 
 class _DenseBias(torch.autograd.Function):
