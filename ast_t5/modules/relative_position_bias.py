@@ -135,16 +135,20 @@ def distance_grad(grad_dense: torch.Tensor, max_distance: int, query_offset: int
     per_distance = shifted.reshape(heads, q_len, width).sum(1)  # column c: distance c - (T - 1)
     # column c holds distance c - (T - 1) - query_offset; entry k of the result is the column of
     # distance k - M (zero where no pair is that far apart), except the ends: entry 0 sums every
-    # distance <= -M and entry 2 M every distance >= M (masked sums, no cancellation)
+    # distance <= -M and entry 2 M every distance >= M (masked sums, no cancellation). The ends go
+    # in by `where`, not `cat`: inductor's GPU lowering of a cat (torch 2.11) wraps each piece's
+    # index in an opaque term that its tiling heuristic then fails to compare against the
+    # gather's clamp, and the whole backward graph fails to compile under dynamic shapes
     shift = q_len - 1 + query_offset
     distance = torch.arange(width, device=g.device) - shift
     zero = per_distance.new_zeros(())
     below = torch.where(distance <= -max_distance, per_distance, zero).sum(1, keepdim=True)
     above = torch.where(distance >= max_distance, per_distance, zero).sum(1, keepdim=True)
-    column = torch.arange(1 - max_distance, max_distance, device=g.device) + shift
+    column = torch.arange(-max_distance, max_distance + 1, device=g.device) + shift
     inside = per_distance.gather(1, column.clamp(0, width - 1).expand(heads, -1))
     inside = torch.where((column >= 0) & (column < width), inside, zero)
-    return torch.cat((below, inside, above), 1)
+    entry = torch.arange(2 * max_distance + 1, device=g.device)
+    return torch.where(entry == 0, below, torch.where(entry == 2 * max_distance, above, inside))
 
 
 class _DenseBias(torch.autograd.Function):
