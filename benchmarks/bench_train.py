@@ -501,7 +501,7 @@ def report(args, device, shape, ours, hf, flops, tokens):
     config, vocab, batch, src_len, tgt_len = shape
     out = {"device": name, "torch": torch.__version__, "config": config, "vocab": vocab, "batch": batch,
            "src_len": src_len, "tgt_len": tgt_len, "bf16": args.bf16, "compile": args.compile,
-           "flops_per_update": flops, "tokens_per_update": tokens, "peak_tflops": peak}
+           "backend": args.backend, "flops_per_update": flops, "tokens_per_update": tokens, "peak_tflops": peak}
     logger.info("%s, torch %s: config %s, batch %d x source %d / target %d, vocab %d, bf16 %s, compile %s; "
                 "%.3g FLOP/update (6 x params x padded tokens per stack + attention, fwd+bwd)", name,
                 torch.__version__, config, batch, src_len, tgt_len, vocab, args.bf16, args.compile, flops)

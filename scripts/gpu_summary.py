@@ -222,9 +222,10 @@ def _cache_note(hits, lookups) -> str:
     return f", {hits} of {lookups} graphs from inductor's cache" if lookups else ""
 
 
-def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
+def train_lines(recipe: Optional[Dict], train: Optional[Dict], train_triton: Optional[Dict] = None) -> List[str]:
     """Issue 11's targets: the recipe's MFU (>= 40%, no OOM recovery) and the trainer against Hugging
-    Face (>= 1.5x tokens/s at no more peak memory)."""
+    Face (>= 1.5x tokens/s at no more peak memory); then the trainer on the triton backend
+    (bench_train_triton) against the first run's backend (auto)."""
     lines = []
     if isinstance(recipe, dict) and isinstance(recipe.get("summary"), dict):
         r = recipe["summary"]
@@ -264,6 +265,27 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict]) -> List[str]:
             shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds["shares"].items())
             lines.append(f"bench_train GPU time by kind of kernel (GPU busy {100 * kinds.get('busy_of_span', 0):.0f}% "
                          f"of the update's span): {shares}")
+    if isinstance(train_triton, dict) and isinstance(train_triton.get("ours"), dict):
+        t = train_triton["ours"]
+        text = (f"bench_train --backend {train_triton.get('backend', 'triton')}: {t.get('tokens_per_s', 0):.0f} "
+                f"tokens/s, MFU {100 * t.get('mfu', 0):.1f}%, peak {_ms(t.get('peak_memory_gib'))} GiB")
+        base = train.get("ours") if isinstance(train, dict) else None
+        if isinstance(base, dict) and base.get("tokens_per_s") and t.get("tokens_per_s"):
+            ratio = t["tokens_per_s"] / base["tokens_per_s"]
+            text += f"; against {train.get('backend', 'auto')}: {ratio:.2f}x tokens/s"
+            if any(train.get(k) != train_triton.get(k) for k in ("device", "batch", "src_len", "tgt_len")):
+                text += " (another device or shape: not comparable)"
+            elif ratio > 1 + NOISE:
+                text += " (triton faster)"
+            elif ratio < 1 - NOISE:
+                text += " (triton slower)"
+            else:
+                text += f" (a tie, within {NOISE:.0%})"
+        lines.append(text)
+        kinds = (train_triton.get("profile") or {}).get("gpu_kernel_kinds")
+        if isinstance(kinds, dict) and isinstance(kinds.get("shares"), dict):
+            shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds["shares"].items())
+            lines.append(f"bench_train --backend triton, GPU time by kind of kernel: {shares}")
     return lines
 
 
@@ -373,7 +395,7 @@ def summary(figures: Dict) -> List[str]:
     for key in ("model", "model_compiled"):
         if isinstance(figures.get(key), dict):
             lines += model_lines(figures[key])
-    lines += train_lines(figures.get("recipe"), figures.get("train"))
+    lines += train_lines(figures.get("recipe"), figures.get("train"), figures.get("train_triton"))
     lines += bias_grad_lines(figures.get("bias_grad"))
     lines += optimizer_lines(figures.get("optimizer"))
     lines += host_overhead_lines(figures.get("host_overhead"))

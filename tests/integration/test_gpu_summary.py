@@ -164,6 +164,27 @@ def test_a_recipe_stopped_at_its_timeout_reads_as_unproven(tmp_path):
     assert "bench_train: ours 300000 tokens/s, MFU 33.0% (ours alone (one block); no comparison)" in proc.stdout
 
 
+
+def test_the_triton_trainer_run_reads_against_the_first_run_s_backend(tmp_path):
+    """bench_train_triton (bench_train --backend triton --no-hf) against bench_train's auto on the same
+    device and shape: the ratio and its reading; on another shape no verdict."""
+    shape = {"device": "NVIDIA H200", "batch": 64, "src_len": 512, "tgt_len": 114}
+    train = dict(shape, backend="auto", ours={"tokens_per_s": 300000.0, "mfu": 0.23})
+    triton = dict(shape, backend="triton", ours={"tokens_per_s": 345000.0, "mfu": 0.265, "peak_memory_gib": 15.5},
+                  profile={"gpu_kernel_kinds": {"shares": {"matrix products": 0.5, "attention": 0.3}}})
+    out = run(tmp_path, {"train": train, "train_triton": triton}).stdout
+    assert ("bench_train --backend triton: 345000 tokens/s, MFU 26.5%, peak 15.500 GiB; against auto: 1.15x "
+            "tokens/s (triton faster)") in out, out
+    assert "bench_train --backend triton, GPU time by kind of kernel: matrix products 50.0%, attention 30.0%" in out
+    out = run(tmp_path, {"train": train, "train_triton": dict(triton, ours={"tokens_per_s": 303000.0})}).stdout
+    assert "against auto: 1.01x tokens/s (a tie, within 2%)" in out, out
+    out = run(tmp_path, {"train": train, "train_triton": dict(triton, ours={"tokens_per_s": 240000.0})}).stdout
+    assert "against auto: 0.80x tokens/s (triton slower)" in out, out
+    out = run(tmp_path, {"train": train, "train_triton": dict(triton, src_len=1024)}).stdout
+    assert "against auto: 1.15x tokens/s (another device or shape: not comparable)" in out, out
+    out = run(tmp_path, {"train_triton": triton}).stdout  # the first run missing: the figures alone
+    assert "bench_train --backend triton: 345000 tokens/s, MFU 26.5%, peak 15.500 GiB\n" in out, out
+
 def test_the_norm_ffn_line_reads_what_bench_model_writes():
     """gpu_check keeps bench_model's log lines, and the summary parses the ratio out of them: the
     format bench_model logs (read from its source) must stay the one the summary reads."""
