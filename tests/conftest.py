@@ -24,6 +24,17 @@ def load_benchmark(name: str, module_name: str = ""):
     return module
 
 
+def load_script(name: str):
+    """A script of scripts/ loaded as a module, e.g. load_script("check_gpu_codegen")."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "..", "scripts", f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def bundled_corpus_dir():
     import ast_t5_preprocess
 

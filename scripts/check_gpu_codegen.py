@@ -1,0 +1,169 @@
+"""Compile the model's training step through inductor's GPU code generation, on a machine without a GPU.
+
+A graph that inductor cannot lower for a GPU fails only on a GPU. On 2026-11-27 the relative bias's
+gradient joined its pieces with a `cat`, which inductor 2.11 lowers on a GPU as a pointwise kernel;
+its tiling heuristic then failed ("The argument '((-1)) + 384' is not comparable"), and with it
+every compiled training step on the H200, while every CPU test passed: the C++ backend that compiles
+for CPU tensors takes other paths. This script has inductor generate Triton kernels for CPU
+tensors instead (its ``cpu_backend="triton"``, with the GPU's lowering of small cats forced), and
+stubs the two calls that need a Triton GPU driver: the backend's hash, and the compile of each
+kernel's source. The graphs are traced, partitioned, lowered, scheduled and fused as they would be
+for a GPU, and each kernel's source is generated; no kernel runs, so the losses and gradients are
+garbage, and only the compilation is checked. What stays CPU-specific is the dispatch before
+inductor: SDPA on CPU tensors is the CPU's fused attention op, not the GPU's memory-efficient
+kernel, and the triton attention backend falls back to SDPA on a CPU.
+
+Run it with the GPU host's torch (2.11 on 2026-11-27: a virtualenv with ``torch==2.11.0`` and this
+checkout installed by ``PYTHON=<its python> bash scripts/install.sh``) before spending device time:
+
+    python scripts/check_gpu_codegen.py                # both tiny families, sdpa (auto on sm90), whole forward
+    python scripts/check_gpu_codegen.py --backends sdpa torch --scopes model layers --checkpoint
+    python scripts/check_gpu_codegen.py --archs t5_v11_base --shapes 2x512/114
+
+Each configuration compiles the model as ``model.compile=true`` does in the trainer (padded length
+buckets, dynamic shapes, the chosen ``compile_scope``) and runs a forward and backward per shape in
+bf16; about 35 s per configuration for the tiny models on one CPU core. One line per configuration;
+exit status 0 when every one compiled, 1 when one failed (its error's last line printed), 2 on a
+usage error or where this torch cannot generate GPU code on the CPU.
+"""
+import argparse
+import contextlib
+import importlib.util
+import logging
+import re
+import sys
+import time
+from typing import Iterator, List, Tuple
+
+import torch
+
+DEFAULT_SHAPES = ("4x96/32", "2x200/70")  # two length buckets at model.compile_pad_multiple 64
+
+
+class CodegenUnavailable(RuntimeError):
+    """This torch cannot generate GPU kernels on this machine (no triton, or the stubs do not fit)."""
+
+
+@contextlib.contextmanager
+def gpu_codegen_on_cpu() -> Iterator[List[str]]:
+    """Inside: inductor compiles graphs on CPU tensors as for a GPU (Triton kernels, the GPU's cat
+    lowering), with Triton's compiler stubbed (module docstring). Yields the list of the generated
+    kernels' names, appended to as inductor generates them. Dynamo's caches are reset on leaving,
+    so no graph compiled this way is reused outside."""
+    if importlib.util.find_spec("triton") is None:
+        raise CodegenUnavailable("triton is not installed: inductor cannot generate Triton kernels")
+    import torch._inductor.async_compile as async_compile
+    import torch._inductor.config as inductor_config
+    import torch.utils._triton as torch_triton
+
+    if not (hasattr(torch_triton, "triton_hash_with_backend") and hasattr(async_compile.AsyncCompile, "triton")
+            and hasattr(inductor_config, "cpu_backend") and hasattr(inductor_config, "force_pointwise_cat")):
+        raise CodegenUnavailable(f"torch {torch.__version__} lacks the hooks this check stubs "
+                                 "(triton_hash_with_backend, AsyncCompile.triton, cpu_backend, force_pointwise_cat)")
+    kernels: List[str] = []
+
+    class NotRun:
+        """A generated kernel that is never compiled: calls to it do nothing."""
+
+        def run(self, *args, **kwargs):
+            pass
+
+    def compile_nothing(self, kernel_name, source_code, *args, **kwargs):
+        kernels.append(kernel_name)
+        return NotRun()
+
+    saved = torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton
+    torch_triton.triton_hash_with_backend = lambda: "gpu-codegen-on-cpu"
+    async_compile.AsyncCompile.triton = compile_nothing
+    torch._dynamo.reset()
+    try:
+        with inductor_config.patch(cpu_backend="triton", force_pointwise_cat=True, fx_graph_cache=False,
+                                   compile_threads=1):
+            yield kernels
+    finally:
+        torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton = saved
+        torch._dynamo.reset()
+
+
+def parse_shape(text: str) -> Tuple[int, int, int]:
+    """"BxS/T" (batch, source length, target length) -> (B, S, T)."""
+    match = re.fullmatch(r"(\d+)x(\d+)/(\d+)", text)
+    if not match or min(map(int, match.groups())) < 1:
+        raise argparse.ArgumentTypeError(f"a shape is BATCHxSOURCE/TARGET with positive numbers, e.g. 4x96/32, "
+                                         f"not {text!r}")
+    return tuple(map(int, match.groups()))
+
+
+def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: int = 0) -> Tuple[int, float]:
+    """Compile and run ``arch``'s training step at each shape under `gpu_codegen_on_cpu`. Returns
+    (the kernels generated, seconds); raises what the compilation raised."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models.ast_t5_model import AstT5Model
+
+    dictionary = Dictionary()
+    for i in range(60):
+        dictionary.add_symbol(f"tok{i}")
+    torch.manual_seed(seed)
+    model = AstT5Model.from_dictionary(dictionary, arch=arch, dropout=0.0, attention_dropout=0.0,
+                                       attention_backend=backend, compile=True, compile_scope=scope,
+                                       checkpoint_activations=checkpoint).to(torch.bfloat16)
+    model.train()
+    generator = torch.Generator().manual_seed(seed)
+    start = time.perf_counter()
+    with gpu_codegen_on_cpu() as kernels:
+        for batch, src_len, tgt_len in shapes:
+            src = torch.randint(4, len(dictionary), (batch, src_len), generator=generator)
+            lengths = torch.full((batch,), src_len)
+            if batch > 1:  # a padded row, as batches come
+                src[-1, src_len - src_len // 4:] = dictionary.pad()
+                lengths[-1] = src_len - src_len // 4
+            prev = torch.randint(4, len(dictionary), (batch, tgt_len), generator=generator)
+            out, _ = model(src, lengths, prev)
+            out.float().sum().backward()
+        if not kernels:
+            raise RuntimeError("inductor generated no Triton kernel: the check did not run")
+        return len(kernels), time.perf_counter() - start
+
+
+def main(argv=None) -> int:
+    from ast_t5.models.presets import ARCH_PRESETS
+    from ast_t5.modules.attention_backends import ATTENTION_BACKENDS
+
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--archs", nargs="+", default=["t5_v11_tiny", "ast_t5_paper_tiny"], choices=sorted(ARCH_PRESETS))
+    p.add_argument("--backends", nargs="+", default=["sdpa"], choices=list(ATTENTION_BACKENDS),
+                   help="model.attention_backend (default sdpa: what auto runs on sm90)")
+    p.add_argument("--scopes", nargs="+", default=["model"], choices=["model", "layers"], help="model.compile_scope")
+    p.add_argument("--checkpoint", action="store_true", help="with model.checkpoint_activations")
+    p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
+                   metavar="BxS/T", help=f"batches in order (default {' '.join(DEFAULT_SHAPES)})")
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    print(f"torch {torch.__version__}: inductor's GPU code generation on the CPU, nothing run", flush=True)
+    failed = 0
+    for arch in args.archs:
+        for backend in args.backends:
+            for scope in args.scopes:
+                name = f"{arch} {backend} scope={scope}{' checkpointed' if args.checkpoint else ''}"
+                try:
+                    kernels, seconds = check(arch, backend, scope, args.checkpoint, args.shapes)
+                except CodegenUnavailable as e:
+                    print(f"check_gpu_codegen: {e}", file=sys.stderr)
+                    return 2
+                except Exception as e:  # noqa: BLE001 - report every configuration's failure, go on
+                    failed += 1
+                    last = (str(e).strip().splitlines() or [""])[-1][:300]
+                    if "active drivers" in last or "compatible backends" in last:
+                        last += " (this torch asks Triton for a GPU elsewhere: the stubs do not cover it)"
+                    print(f"FAIL {name}: {type(e).__name__}: {last}", flush=True)
+                    continue
+                print(f"ok   {name}: {kernels} kernels generated in {seconds:.1f} s", flush=True)
+    print(f"check_gpu_codegen: {failed} of {len(args.archs) * len(args.backends) * len(args.scopes)} "
+          f"configurations failed" if failed else "check_gpu_codegen: every configuration compiled")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

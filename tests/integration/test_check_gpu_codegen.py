@@ -1,0 +1,61 @@
+"""scripts/check_gpu_codegen.py: the training step compiled through inductor's GPU code generation on a CPU."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ..conftest import load_script
+
+SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "check_gpu_codegen.py")
+
+
+def test_a_tiny_model_compiles_for_a_gpu_and_says_so():
+    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
+    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--shapes", "2x64/16", "3x80/20"],
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "inductor's GPU code generation on the CPU, nothing run" in proc.stdout
+    lines = [line for line in proc.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
+    assert len(lines) == 1 and lines[0].startswith("ok   t5_v11_tiny sdpa scope=model: "), proc.stdout
+    assert int(lines[0].split(": ")[1].split()[0]) > 0  # kernels generated
+    assert proc.stdout.rstrip().endswith("check_gpu_codegen: every configuration compiled")
+
+
+def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsys):
+    codegen = load_script("check_gpu_codegen")
+    calls = []
+
+    def check(arch, backend, scope, checkpoint, shapes, seed=0):
+        calls.append((arch, backend, scope, checkpoint, shapes))
+        if backend == "torch":
+            raise ValueError("first line\nThe argument '((-1)) + 384' is not comparable.")
+        return 12, 0.5
+
+    monkeypatch.setattr(codegen, "check", check)
+    rc = codegen.main(["--archs", "t5_v11_tiny", "--backends", "sdpa", "torch", "--scopes", "layers",
+                       "--checkpoint", "--shapes", "1x8/4"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert calls == [("t5_v11_tiny", "sdpa", "layers", True, [(1, 8, 4)]),
+                     ("t5_v11_tiny", "torch", "layers", True, [(1, 8, 4)])]
+    assert "ok   t5_v11_tiny sdpa scope=layers checkpointed: 12 kernels generated in 0.5 s" in out
+    assert ("FAIL t5_v11_tiny torch scope=layers checkpointed: ValueError: The argument '((-1)) + 384' is not "
+            "comparable.") in out
+    assert "check_gpu_codegen: 1 of 2 configurations failed" in out
+
+    def unavailable(*args, **kwargs):
+        raise codegen.CodegenUnavailable("triton is not installed: inductor cannot generate Triton kernels")
+
+    monkeypatch.setattr(codegen, "check", unavailable)
+    assert codegen.main(["--archs", "t5_v11_tiny"]) == 2
+    assert "check_gpu_codegen: triton is not installed" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("shape", ["4x96", "0x8/4", "ax8/4"])
+def test_a_bad_shape_is_a_usage_error(shape, capsys):
+    codegen = load_script("check_gpu_codegen")
+    with pytest.raises(SystemExit) as exit_info:
+        codegen.main(["--shapes", shape])
+    assert exit_info.value.code == 2
+    assert "a shape is BATCHxSOURCE/TARGET with positive numbers" in capsys.readouterr().err
