@@ -46,6 +46,10 @@
 #                    H200 on 2026-11-27) against diagonal sums, eager and
 #                    compiled (34 s on the H200, 2026-11-27: 7.2x compiled
 #                    at 1024)                                                120   45  bench_train.log
+#   optimizer        bench_optimizer.py --device cuda: one adamw_scale
+#                    step over T5-base's fp32 masters, foreach vs fused
+#                    (the update's optimizer took 14.8 ms against a 2.2 ms
+#                    floor on the H200, 2026-11-27)                          60   30  bench_train.log
 #   bench_attention  bench_attention.py --device cuda at T = S = 1024 (the
 #                    issue's shape): every backend, dropout 0 and 0.1,
 #                    unpadded first (the targets' conditions), then padded;
@@ -76,8 +80,6 @@
 #                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
 #   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048
 #                    (--graph too)                                          150   60  attention.log
-#   optimizer        bench_optimizer.py --device cuda: one adamw_scale
-#                    step over T5-base's fp32 masters, foreach vs fused      60   30  bench_train.log
 #   host_overhead    bench_host_overhead.py --device cuda: host time and
 #                    kernel launches between updates, fairseq's bf16 step
 #                    and module walks against ours                           60   30  bench_train.log
@@ -93,11 +95,12 @@
 # T5-base step that `auto` must not slow, eager and compiled, before the profile and the tile
 # sweep); train = build recipe bench_train bench_train_triton bias_grad optimizer host_overhead
 # compile_scope other_tests norm_ffn (issue 11's, with the rest of the suite); headline = build
-# recipe bench_train bench_train_triton bench_model (the figures of the targets still owed, issue
-# 11's first: the recipe's MFU and OOM recoveries, the trainer against Hugging Face, then the
-# trainer on the triton backend, the candidate for the 36 ms of sdpa's attention kernels in a 115
-# ms update, then `auto` in the model step, which on sm90 runs sdpa's own kernels by construction;
-# the attention kernels at 1024 were measured on 2026-11-26 and are in the attention group. On the
+# recipe bench_train bench_train_triton optimizer bench_model (the figures of the targets still
+# owed, issue 11's first: the recipe's MFU and OOM recoveries, the trainer against Hugging Face,
+# then the trainer on the triton backend, the candidate for the 36 ms of sdpa's attention kernels
+# in a 115 ms update, the optimizer step, the next largest gap, then `auto` in the model step,
+# which on sm90 runs sdpa's own kernels by construction; the attention kernels at 1024 were
+# measured on 2026-11-26 and are in the attention group. On the
 # H200 on 2026-11-27 bench_train compiled T5-base in 78 s and ran in 219 s in all, hence its cap; at
 # GPU_CHECK_BUDGET_S=560 the recipe leaves bench_train about 230 s: ours from inductor's cache (the
 # recipe's graphs), then HF's compile, and a resumed call the rest, on the same machine, whose caches
@@ -127,10 +130,10 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build recipe bench_train bench_train_triton bias_grad bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths optimizer host_overhead compile_scope other_tests norm_ffn"
+ALL_STEPS="build recipe bench_train bench_train_triton bias_grad optimizer bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths host_overhead compile_scope other_tests norm_ffn"
 ATTENTION_GROUP="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths"
 TRAIN_GROUP="build recipe bench_train bench_train_triton bias_grad optimizer host_overhead compile_scope other_tests norm_ffn"
-HEADLINE_GROUP="build recipe bench_train bench_train_triton bench_model"
+HEADLINE_GROUP="build recipe bench_train bench_train_triton optimizer bench_model"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
@@ -292,6 +295,8 @@ run bench_train_triton       240 120 bench_train.log "$PY" benchmarks/bench_trai
   --no-hf --profile --json "$JSON/train_triton.json"
 run bias_grad                120  45 bench_train.log "$PY" benchmarks/bench_bias_grad.py --device cuda \
   --lengths 512 1024 --tokens 32768 --budget-s 3 --json "$JSON/bias_grad.json"
+run optimizer                 60  30 bench_train.log "$PY" benchmarks/bench_optimizer.py --device cuda \
+  --json "$JSON/optimizer.json"
 run bench_attention          210  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 \
   --kernel-times --graph --json "$JSON/attention.json"
 run bench_model              210  90 bench_model.log "$PY" benchmarks/bench_model.py --device cuda --skip-cpu \
@@ -309,8 +314,6 @@ run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attent
 run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $parallel $ATTENTION_TESTS
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --lengths 512 2048 --graph --json "$JSON/attention_lengths.json"
-run optimizer                 60  30 bench_train.log "$PY" benchmarks/bench_optimizer.py --device cuda \
-  --json "$JSON/optimizer.json"
 run host_overhead             60  30 bench_train.log "$PY" benchmarks/bench_host_overhead.py --device cuda \
   --json "$JSON/host_overhead.json"
 run compile_scope            240 120 bench_train.log "$PY" benchmarks/bench_compile.py --device cuda --repeats 1 \

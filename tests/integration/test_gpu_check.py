@@ -62,20 +62,21 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     # trainer against Hugging Face, then on the triton backend), in the script's order
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and [name for name, _ in steps] == ["build", "recipe", "bench_train", "bench_train_triton",
-                                                      "bench_model"]
+                                                      "optimizer", "bench_model"]
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
     assert ("bench_train.py --device cuda --backend triton --no-hf --profile" in commands["bench_train_triton"]
             and "/train_triton.json" in commands["bench_train_triton"])
     # at the budget the next lent session runs it with, charging every step its whole cap (the worst case):
-    # build and the recipe leave 100 s, too few for either trainer run, enough for bench_model
+    # build and the recipe leave 100 s, too few for either trainer run, enough for the optimizer's
+    # step (60), then too few for bench_model (needs 90)
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=560)
     assert steps == [("build", "planned"), ("recipe", "planned"), ("bench_train", "skipped"),
-                     ("bench_train_triton", "skipped"), ("bench_model", "planned")]
+                     ("bench_train_triton", "skipped"), ("optimizer", "planned"), ("bench_model", "skipped")]
     assert "--timeout 365 " in out
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the train one's first two first
-    assert len(steps) == 17 and [name for name, _ in steps[:6]] == ["build", "recipe", "bench_train",
+    assert len(steps) == 17 and [name for name, _ in steps[:7]] == ["build", "recipe", "bench_train",
                                                                     "bench_train_triton", "bias_grad",
-                                                                    "bench_attention"]
+                                                                    "optimizer", "bench_attention"]
     assert steps[-1][0] == "norm_ffn"
 
 
