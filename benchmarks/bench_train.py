@@ -428,27 +428,36 @@ def kernel_kind(name: str) -> str:
     return next((kind for kind, parts in KERNEL_KINDS if any(p in low for p in parts)), "other")
 
 
-def kernel_kinds(kernels, top_other: int = 5) -> dict:
+def kernel_kinds(kernels, top_other: int = 5, top: int = 3) -> dict:
     """Per kind of GPU kernel (`kernel_kind`), its share of the GPU's busy time in one step, from
     (name, start us, duration us) per kernel run; ``busy_of_span`` is that busy time over the span from
     the first kernel's start to the last one's end (under the profiler's own host overhead, so a
-    lower bound of a host-bound step's busy share), and ``other`` names the largest unmatched kernels."""
-    busy, by_kind, other = 0.0, {}, {}
+    lower bound of a host-bound step's busy share), ``other`` names the largest unmatched kernels,
+    and ``largest`` gives each kind's ``top`` kernels by their time summed over runs: [name, ms,
+    runs] (which of inductor's fused kernels, say, the share is)."""
+    busy, by_kind, by_name = 0.0, {}, {}
     first, last = None, None
     for name, start, duration in kernels:
         busy += duration
         kind = kernel_kind(name)
         by_kind[kind] = by_kind.get(kind, 0.0) + duration
-        if kind == "other":
-            other[name] = other.get(name, 0.0) + duration
+        total, runs = by_name.get(name, (0.0, 0))
+        by_name[name] = (total + duration, runs + 1)
         first = start if first is None else min(first, start)
         last = start + duration if last is None else max(last, start + duration)
     if not busy:
         return {}
-    return {"shares": {k: v / busy for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])},
-            "busy_ms": busy / 1e3, "span_ms": (last - first) / 1e3, "busy_of_span": busy / (last - first),
-            "kernels": len(kernels),
-            "other": [n[:120] for n, _ in sorted(other.items(), key=lambda kv: -kv[1])[:top_other]]}
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])
+    largest = {}
+    for name, (total, runs) in ranked:
+        rows = largest.setdefault(kernel_kind(name), [])
+        if len(rows) < top:
+            rows.append([name[:120], total / 1e3, runs])
+    shares = {k: v / busy for k, v in sorted(by_kind.items(), key=lambda kv: -kv[1])}
+    return {"shares": shares, "busy_ms": busy / 1e3, "span_ms": (last - first) / 1e3,
+            "busy_of_span": busy / (last - first), "kernels": len(kernels),
+            "other": [n[:120] for n, _ in ranked if kernel_kind(n) == "other"][:top_other],
+            "largest": {kind: largest[kind] for kind in shares}}
 
 
 def data_make_seconds(sample, repeats: int = 3) -> float:
@@ -554,6 +563,10 @@ def report_profile(args, out, profile):
         logger.info("GPU time by kind of kernel in one update (%d kernels, %.1f ms busy in a %.1f ms span: %.0f%%): %s",
                     kinds["kernels"], kinds["busy_ms"], kinds["span_ms"], 100 * kinds["busy_of_span"],
                     ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds["shares"].items()))
+        for kind, rows in (kinds.get("largest") or {}).items():
+            if kind != "other":
+                logger.info("  largest %s: %s", kind,
+                            "; ".join(f"{name} {ms:.2f} ms x{runs}" for name, ms, runs in rows))
         if kinds["other"]:
             logger.info("largest kernels of no known kind: %s", "; ".join(kinds["other"]))
     return out

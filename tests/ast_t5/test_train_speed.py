@@ -533,6 +533,15 @@ def test_bench_train_sorts_the_gpu_kernels_of_an_update_by_kind(caplog):
     kernels = [("sm90_xmma_gemm_a", 0.0, 600.0), ("_fwd_kernel", 700.0, 200.0),
                ("triton_poi_fused_add_1", 950.0, 100.0), ("my_custom_kernel", 1100.0, 100.0)]
     kinds = bench_train.kernel_kinds(kernels)
+    assert kinds["largest"] == {"matrix products": [["sm90_xmma_gemm_a", 0.6, 1]],
+                                "attention": [["_fwd_kernel", 0.2, 1]],
+                                "inductor fused (pointwise, reductions)": [["triton_poi_fused_add_1", 0.1, 1]],
+                                "other": [["my_custom_kernel", 0.1, 1]]}
+    # each kind's largest kernels by their time summed over runs, at most `top` of them
+    many = [("triton_poi_fused_a", 0.0, 30.0), ("triton_poi_fused_b", 40.0, 50.0), ("triton_poi_fused_a", 100.0, 30.0),
+            ("triton_red_fused_c", 140.0, 10.0), ("triton_per_fused_d", 160.0, 5.0)]
+    assert bench_train.kernel_kinds(many, top=3)["largest"] == {"inductor fused (pointwise, reductions)": [
+        ["triton_poi_fused_a", 0.06, 2], ["triton_poi_fused_b", 0.05, 1], ["triton_red_fused_c", 0.01, 1]]}
     assert kinds["shares"] == {"matrix products": 0.6, "attention": 0.2, "inductor fused (pointwise, reductions)": 0.1,
                                "other": 0.1}
     assert list(kinds["shares"]) == ["matrix products", "attention", "inductor fused (pointwise, reductions)",
@@ -572,6 +581,8 @@ def test_bench_train_sorts_the_gpu_kernels_of_an_update_by_kind(caplog):
     assert ("GPU time by kind of kernel in one update (4 kernels, 1.0 ms busy in a 1.2 ms span: 83%): matrix products "
             "60.0%, attention 20.0%, inductor fused (pointwise, reductions) 10.0%, other 10.0%") in caplog.text
     assert "largest kernels of no known kind: my_custom_kernel" in caplog.text
+    assert "  largest matrix products: sm90_xmma_gemm_a 0.60 ms x1" in caplog.text
+    assert "  largest other:" not in caplog.text  # named on the line above
 
 
 def test_bench_train_writes_its_comparison_before_the_profile(tmp_path, restored_logging, monkeypatch):
