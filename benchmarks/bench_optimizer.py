@@ -1,4 +1,4 @@
-"""One `adamw_scale` step over a model's parameters: the foreach update against the fused kernel.
+"""One `adamw_scale` step over a model's parameters: the foreach update, the fused kernel, the compiled update.
 
 Under the GPU recipes (``common.bf16``) fairseq's FP16Optimizer hands `AdamWScale` the fp32 master
 weights and their fp32 gradients, and the step is a pass of memory-bound element-wise work over
@@ -8,7 +8,10 @@ about 1 GB per tensor (T5-base: 248M parameters). Two implementations of the sam
 - ``foreach``: torch's multi-tensor kernels, ten passes, 23 reads or writes of a tensor the size
   of the parameters;
 - ``fused``: torch's fused AdamW kernel, one call per parameter with its RMS-scaled learning rate
-  as a device tensor, after a foreach norm: 8 reads or writes (the default on CUDA).
+  as a device tensor, after a foreach norm: 8 reads or writes (the default on CUDA);
+- ``compiled`` (``optimizer.compiled=true``): the foreach update traced by torch.compile, whose
+  kernels fuse each parameter's chain and take many parameters per launch: 8 reads or writes too.
+  Its first (warm-up) step compiles it; ``compile_s`` is that step's time.
 
 For each: the median ms per step over interleaved repeats, the bytes it moves, and their rate;
 the floor is the fused step's bytes at the device's copy bandwidth measured in the same run (a
@@ -30,8 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import torch  # noqa: E402
 
-IMPLEMENTATIONS = {"foreach": False, "fused": True}  # name -> AdamWScale's fused argument
-PASSES = {"foreach": 23, "fused": 8}  # reads and writes of a parameter-sized fp32 tensor per step
+IMPLEMENTATIONS = {"foreach": {"fused": False}, "fused": {"fused": True},  # name -> AdamWScale's arguments
+                   "compiled": {"compiled": True}}
+PASSES = {"foreach": 23, "fused": 8, "compiled": 8}  # reads and writes of a parameter-sized fp32 tensor per step
 
 
 def parse_args(argv=None):
@@ -67,9 +71,10 @@ def parameter_shapes(arch: str, vocab: int):
     return [tuple(p.shape) for p in model.parameters()]
 
 
-def _time_steps(args, runs, times, current, device):
-    """Warm-up, then timed steps of each implementation, interleaved (who goes first alternates)."""
-    for i in range(args.warmup + args.repeats):
+def _time_steps(args, runs, times, current, device, first):
+    """Warm-up, then timed steps of each implementation, interleaved (who goes first alternates).
+    ``first`` gets each one's first step's seconds (the compiled one's compile), never timed."""
+    for i in range(max(args.warmup, 1) + args.repeats):
         order = list(runs) if i % 2 == 0 else list(runs)[::-1]
         for name in order:
             current[0] = name
@@ -77,7 +82,9 @@ def _time_steps(args, runs, times, current, device):
             t0 = time.perf_counter()
             runs[name][1].step()
             _sync(device)
-            if i >= args.warmup:
+            if i == 0:
+                first[name] = time.perf_counter() - t0
+            elif i >= max(args.warmup, 1):
                 times[name].append(time.perf_counter() - t0)
 
 
@@ -110,11 +117,11 @@ def measure(args) -> dict:
     start = [torch.randn(s, generator=g, device=device) * 0.05 for s in shapes]
     grads = [torch.randn(s, generator=g, device=device) for s in shapes]
     runs = {}
-    for name, fused in IMPLEMENTATIONS.items():
+    for name, options in IMPLEMENTATIONS.items():
         params = [torch.nn.Parameter(t.clone()) for t in start]
         for p, grad in zip(params, grads):
             p.grad = grad.clone()  # each its own: torch's fused kernel declares its gradients writable
-        runs[name] = (params, AdamWScale(params, lr=0.01, fused=fused))
+        runs[name] = (params, AdamWScale(params, lr=0.01, **options))
     times = {name: [] for name in runs}
     kernel, calls = torch._fused_adamw_, {name: 0 for name in runs}  # which steps really ran the fused kernel
     current = [None]
@@ -124,19 +131,23 @@ def measure(args) -> dict:
         return kernel(*a, **k)
 
     torch._fused_adamw_ = counted
+    first = {}
     try:
-        _time_steps(args, runs, times, current, device)
+        _time_steps(args, runs, times, current, device, first)
     finally:
         torch._fused_adamw_ = kernel
 
     bandwidth = copy_bandwidth(numel, device)  # measured now: one copy of the parameters' size
     reference = runs["foreach"][0]
-    error = max(float(((p.detach() - q.detach()).abs().max() / q.detach().abs().max().clamp_min(1e-12)))
-                for p, q in zip(runs["fused"][0], reference))
+
+    def error(name):
+        return max(float(((p.detach() - q.detach()).abs().max() / q.detach().abs().max().clamp_min(1e-12)))
+                   for p, q in zip(runs[name][0], reference))
     out = {"device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
            "torch": torch.__version__, "arch": args.arch, "parameters": numel, "tensors": len(shapes),
-           "repeats": args.repeats, "copy_gb_per_s": bandwidth / 1e9, "fused_vs_foreach_max_rel_error": error,
-           "fused_calls_per_step": {name: n / (args.warmup + args.repeats) for name, n in calls.items()},
+           "repeats": args.repeats, "copy_gb_per_s": bandwidth / 1e9, "fused_vs_foreach_max_rel_error": error("fused"),
+           "compiled_vs_foreach_max_rel_error": error("compiled"), "compile_s": first["compiled"],
+           "fused_calls_per_step": {name: n / (max(args.warmup, 1) + args.repeats) for name, n in calls.items()},
            "steps": {}}
     for name in runs:
         ms = 1e3 * statistics.median(times[name])
@@ -144,6 +155,7 @@ def measure(args) -> dict:
         out["steps"][name] = {"ms": ms, "gb_moved": moved / 1e9, "gb_per_s": moved / 1e6 / ms}
     out["floor_ms"] = 1e3 * 4 * PASSES["fused"] * numel / bandwidth
     out["speedup_fused"] = out["steps"]["foreach"]["ms"] / out["steps"]["fused"]["ms"]
+    out["speedup_compiled_vs_fused"] = out["steps"]["fused"]["ms"] / out["steps"]["compiled"]["ms"]
     return out
 
 
@@ -159,6 +171,10 @@ def report(out: dict) -> str:
                  f"(max relative difference of the results: {out['fused_vs_foreach_max_rel_error']:.1e}; "
                  f"fused kernel calls per step: {out['fused_calls_per_step']['fused']:.0f} fused, "
                  f"{out['fused_calls_per_step']['foreach']:.0f} foreach)")
+    lines.append(f"compiled / fused speed-up: {out['speedup_compiled_vs_fused']:.2f}x   (compile "
+                 f"{out['compile_s']:.1f} s, once per run; max relative difference from foreach: "
+                 f"{out['compiled_vs_foreach_max_rel_error']:.1e}; fused kernel calls per step: "
+                 f"{out['fused_calls_per_step']['compiled']:.0f})")
     return "\n".join(lines)
 
 

@@ -305,14 +305,21 @@ def bias_grad_lines(bias_grad: Optional[Dict]) -> List[str]:
 
 
 def optimizer_lines(optimizer: Optional[Dict]) -> List[str]:
-    """The adamw_scale step (bench_optimizer): foreach against the fused kernel, and the floor."""
+    """The adamw_scale step (bench_optimizer): foreach against the fused kernel, and the floor; then
+    the compiled update against the fused one (the figure that decides optimizer.compiled)."""
     if not isinstance(optimizer, dict) or not isinstance(optimizer.get("steps"), dict):
         return []
     steps = optimizer["steps"]
-    return [f"adamw_scale step ({optimizer.get('arch')}, {optimizer.get('parameters', 0) / 1e6:.0f}M fp32): "
+    text = (f"adamw_scale step ({optimizer.get('arch')}, {optimizer.get('parameters', 0) / 1e6:.0f}M fp32): "
             f"foreach {_ms(steps.get('foreach', {}).get('ms'))} ms, fused {_ms(steps.get('fused', {}).get('ms'))} "
             f"ms ({optimizer.get('speedup_fused', 0):.2f}x; the fused kernel is adamw_scale's default, "
-            f"fused=false to leave it), floor {_ms(optimizer.get('floor_ms'))} ms"]
+            f"fused=false to leave it), floor {_ms(optimizer.get('floor_ms'))} ms")
+    if isinstance(steps.get("compiled"), dict):
+        ratio = optimizer.get("speedup_compiled_vs_fused", 0)
+        verdict = "may become the default" if ratio > 1 + NOISE else "stays off"
+        text += (f"; compiled {_ms(steps['compiled'].get('ms'))} ms ({ratio:.2f}x the fused step, compile "
+                 f"{optimizer.get('compile_s', 0):.0f} s: optimizer.compiled=true {verdict})")
+    return [text]
 
 
 def host_overhead_lines(host: Optional[Dict]) -> List[str]:

@@ -24,11 +24,19 @@ reference loop:
   moments, about 8 GB per step for T5-base (`benchmarks/bench_optimizer.py` times both side by
   side: 7.6-9.4x on a 2-core CPU). The same algebra, lr s m / (1 - beta1^t) / (sqrt(v / (1 -
   beta2^t)) + eps), with the decay applied by a foreach multiply before it;
+- ``compiled`` (with foreach; default off until measured on a GPU): fp32 parameters with fp32
+  gradients take the foreach update traced by torch.compile (`_scaled_adam_update`) into a few
+  multi-tensor kernels: inductor fuses each parameter's chain (moments, norm, update) and groups
+  the parameters into horizontal kernels, 12 kernels for T5-base's 198 tensors in its GPU code
+  (`scripts/check_gpu_codegen.py`'s lowering on the CPU), where the fused path makes a call, of a
+  few thread blocks for most tensors, per parameter. The learning rate and the step count are
+  device tensors, so the graph compiles once per run (T5-base: about 50 s on a CPU core);
 - ``foreach=False``: the per-parameter loop the others are tested against.
 
 Clipping goes through ast_t5.optim.clipping (device-safe, foreach).
 """
 import ast
+import logging
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,17 +49,19 @@ from omegaconf import II
 
 from .clipping import OwnClipMixin
 
+logger = logging.getLogger(__name__)
+
 RMS_FLOOR = 1e-3  # Adafactor's epsilon2: parameters near zero still move (Shazeer & Stern, 2018)
 
 
 class AdamWScale(torch.optim.Optimizer):
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=0.0,
-                 rms_floor=RMS_FLOOR, foreach=True, fused=None):
+                 rms_floor=RMS_FLOOR, foreach=True, fused=None, compiled=False):
         if lr < 0 or eps < 0 or weight_decay < 0 or not all(0 <= b < 1 for b in betas):
             raise ValueError(f"invalid AdamWScale settings lr={lr} betas={betas} eps={eps} "
                              f"weight_decay={weight_decay}")
         super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
-                                      rms_floor=rms_floor, foreach=foreach, fused=fused))
+                                      rms_floor=rms_floor, foreach=foreach, fused=fused, compiled=compiled))
 
     @property
     def supports_memory_efficient_fp16(self):
@@ -94,6 +104,9 @@ class AdamWScale(torch.optim.Optimizer):
             state["step"] += 1
             by_key.setdefault((p.device, p.dtype, state["step"]), []).append(p)
         for (device, dtype, t), ps in by_key.items():
+            if group.get("compiled") and dtype == torch.float32 and all(p.grad.dtype == torch.float32 for p in ps):
+                self._compiled_update(ps, group, t)
+                continue
             if _takes_fused(group.get("fused"), device, dtype, ps):
                 self._fused_update(ps, group, t)
                 continue
@@ -140,6 +153,25 @@ class AdamWScale(torch.optim.Optimizer):
                                 beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"], amsgrad=False,
                                 maximize=False)
 
+    def _compiled_update(self, ps, group, t):
+        """The update of ``_update`` by `_scaled_adam_update` under torch.compile (fp32 parameters and
+        gradients on one device; module docstring). The learning rate (which the schedule changes
+        every update) and the step count go in as device tensors, so that no value of theirs is a
+        guard and the graph compiles once."""
+        global _COMPILED_UPDATE
+        if _COMPILED_UPDATE is None:
+            logger.info("adamw_scale (compiled=true): compiling the update of %d tensors with torch.compile "
+                        "(once per run; T5-base: about a minute)", len(ps))
+            _COMPILED_UPDATE = torch.compile(_scaled_adam_update, fullgraph=True, dynamic=False)
+        beta1, beta2 = group["betas"]
+        device = ps[0].device
+        states = [self.state[p] for p in ps]
+        lr = torch.full((), group["lr"], dtype=torch.float32, device=device)
+        step = torch.full((), float(t), dtype=torch.float32, device=device)
+        _COMPILED_UPDATE(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+                         [p.numel() ** -0.5 for p in ps], lr, step, beta1, beta2, group["eps"], group["rms_floor"],
+                         group["weight_decay"])
+
     def _update(self, p, group, beta1, beta2):
         """Reference: one parameter at a time (reads the RMS back to the host)."""
         grad = p.grad.float()
@@ -158,6 +190,29 @@ class AdamWScale(torch.optim.Optimizer):
         p32.addcdiv_(m, denom, value=-step_size)
         if p32.data_ptr() != p.data_ptr():
             p.copy_(p32)
+
+
+_COMPILED_UPDATE = None  # torch.compile(_scaled_adam_update), made at the first compiled step
+
+
+def _scaled_adam_update(ps, grads, exp_avgs, exp_avg_sqs, inv_sqrt_numels, lr, step, beta1, beta2, eps, rms_floor,
+                        weight_decay):
+    """`AdamWScale._update`'s algebra for many fp32 parameters in foreach ops, traced by torch.compile
+    (``compiled``): ``lr`` and ``step`` are 0-dim device tensors, the rest constants of the run."""
+    torch._foreach_mul_(exp_avgs, beta1)
+    torch._foreach_add_(exp_avgs, grads, alpha=1 - beta1)
+    torch._foreach_mul_(exp_avg_sqs, beta2)
+    torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
+    bc1, bc2_sqrt = 1 - beta1 ** step, torch.sqrt(1 - beta2 ** step)
+    scales = torch._foreach_mul(torch._foreach_norm(ps, 2), inv_sqrt_numels)
+    scales = torch._foreach_mul(torch._foreach_clamp_min(scales, rms_floor), -lr * bc2_sqrt / bc1)
+    denom = torch._foreach_sqrt(exp_avg_sqs)
+    torch._foreach_add_(denom, eps * bc2_sqrt)
+    update = torch._foreach_div(exp_avgs, denom)
+    torch._foreach_mul_(update, scales)
+    if weight_decay:
+        torch._foreach_mul_(ps, 1 - lr * weight_decay)
+    torch._foreach_add_(ps, update)
 
 
 def _takes_fused(fused, device: torch.device, dtype: torch.dtype, ps) -> bool:
@@ -183,6 +238,11 @@ class AdamWScaleConfig(FairseqDataclass):
         "help": "with foreach: fp32 parameters take torch's fused AdamW kernel, one call per parameter "
                 "with its RMS-scaled learning rate as a device tensor (a third of the foreach update's "
                 "memory traffic); null (default): on CUDA and CPU"})
+    compiled: bool = field(default=False, metadata={
+        "help": "with foreach: fp32 parameters take the update compiled by torch.compile into a few "
+                "multi-tensor kernels (12 for T5-base on a GPU, against a fused-kernel call per parameter); "
+                "compiles once per run (about a minute for T5-base); off until measured on a GPU "
+                "(benchmarks/bench_optimizer.py's compiled row)"})
     lr: List[float] = II("optimization.lr")
 
 
@@ -197,4 +257,5 @@ class FairseqAdamWScale(OwnClipMixin, FairseqOptimizer):
     def optimizer_config(self):
         lr = self.cfg.lr[0] if isinstance(self.cfg.lr, Sequence) else self.cfg.lr
         return {"lr": lr, "eps": self.cfg.adam_eps, "weight_decay": self.cfg.weight_decay,
-                "rms_floor": self.cfg.rms_floor, "foreach": self.cfg.foreach, "fused": self.cfg.fused}
+                "rms_floor": self.cfg.rms_floor, "foreach": self.cfg.foreach, "fused": self.cfg.fused,
+                "compiled": self.cfg.compiled}

@@ -56,6 +56,52 @@ def test_adamw_scale_fused_kernel_matches_the_loop(weight_decay, monkeypatch):
     assert all(s["step"] == 5 and s["exp_avg"].dtype == torch.float32 for s in fused.state.values())
 
 
+
+def _compiled_run(device, weight_decay, monkeypatch):
+    """Five compiled steps (the learning rate changed between them, as a schedule does) against the
+    loop on the CPU; returns the graphs dynamo compiled on the way."""
+    import ast_t5.optim.adamw_scale as adamw_scale
+
+    monkeypatch.setattr(adamw_scale, "_COMPILED_UPDATE", None)
+    monkeypatch.setattr(torch, "_fused_adamw_", lambda *a, **k: pytest.fail("the fused kernel ran"))
+    torch._dynamo.reset()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    a, b = _params(), [torch.nn.Parameter(p.detach().to(device)) for p in _params()]
+    kw = dict(betas=(0.9, 0.99), eps=1e-8, weight_decay=weight_decay)
+    loop = AdamWScale(a, foreach=False, lr=0.01, **kw)
+    compiled = AdamWScale(b, compiled=True, fused=True, lr=0.01, **kw)
+    g = torch.Generator().manual_seed(1)
+    for step in range(5):
+        for opt in (loop, compiled):
+            opt.param_groups[0]["lr"] = 0.01 * (step + 1)  # what the scheduler does between updates
+        for p, q in zip(a, b):
+            p.grad = torch.randn(p.shape, generator=g)
+            q.grad = p.grad.to(device)
+        loop.step()
+        compiled.step()
+    for x, y, p0 in zip(a, b, _params()):
+        assert not torch.equal(x, p0)
+        torch.testing.assert_close(y.detach().cpu(), x.detach(), rtol=1e-5, atol=1e-6)
+    assert all(s["step"] == 5 for s in compiled.state.values())
+    new_graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs
+    torch._dynamo.reset()
+    return new_graphs
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])
+def test_adamw_scale_compiled_matches_the_loop_and_compiles_once(weight_decay, monkeypatch):
+    """compiled=True: the foreach update under torch.compile gives the loop's update (fused=True
+    too: compiled takes precedence, the fused kernel never runs), and the learning rate that
+    changes every step and the step count are tensors, not guards: one graph for five steps."""
+    assert _compiled_run("cpu", weight_decay, monkeypatch) == 1
+
+
+@pytest.mark.cuda
+def test_adamw_scale_compiled_on_cuda_matches_the_cpu_loop(monkeypatch):
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device: the compiled update's GPU kernels are not run")
+    assert _compiled_run("cuda", 0.1, monkeypatch) == 1
+
 def test_adamw_scale_fused_is_auto_on_cuda_and_cpu_and_leaves_other_dtypes_to_foreach(monkeypatch):
     from ast_t5.optim.adamw_scale import _takes_fused
 

@@ -309,3 +309,15 @@ def test_a_call_that_measured_little_still_reads_and_a_bad_file_says_why(tmp_pat
     assert proc.returncode == 2 and "cannot read" in proc.stderr
     proc = subprocess.run([sys.executable, SCRIPT], capture_output=True, text=True)
     assert proc.returncode == 2 and "usage" in proc.stderr
+
+
+def test_the_compiled_optimizer_reads_against_the_fused_step(tmp_path):
+    """bench_optimizer's compiled row (optimizer.compiled) against the fused kernel's: the ratio and
+    what it decides; a JSON from before the row keeps its old line (the test above)."""
+    optimizer = dict(FIGURES["optimizer"], compile_s=41.7, speedup_compiled_vs_fused=1.55,
+                     steps={**FIGURES["optimizer"]["steps"], "compiled": {"ms": 2.0}})
+    out = run(tmp_path, {"optimizer": optimizer}).stdout
+    assert ("floor 2.700 ms; compiled 2.000 ms (1.55x the fused step, compile 42 s: optimizer.compiled=true may "
+            "become the default)") in out, out
+    out = run(tmp_path, {"optimizer": dict(optimizer, speedup_compiled_vs_fused=0.9)}).stdout
+    assert "(0.90x the fused step, compile 42 s: optimizer.compiled=true stays off)" in out, out
