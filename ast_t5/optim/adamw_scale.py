@@ -38,6 +38,7 @@ Clipping goes through ast_t5.optim.clipping (device-safe, foreach).
 import ast
 import logging
 import math
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -159,10 +160,12 @@ class AdamWScale(torch.optim.Optimizer):
         every update) and the step count go in as device tensors, so that no value of theirs is a
         guard and the graph compiles once."""
         global _COMPILED_UPDATE
-        if _COMPILED_UPDATE is None:
+        first = _COMPILED_UPDATE is None
+        if first:
             logger.info("adamw_scale (compiled=true): compiling the update of %d tensors with torch.compile "
                         "(once per run; T5-base: about a minute)", len(ps))
             _COMPILED_UPDATE = torch.compile(_scaled_adam_update, fullgraph=True, dynamic=False)
+            start = time.perf_counter()
         beta1, beta2 = group["betas"]
         device = ps[0].device
         states = [self.state[p] for p in ps]
@@ -171,6 +174,9 @@ class AdamWScale(torch.optim.Optimizer):
         _COMPILED_UPDATE(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                          [p.numel() ** -0.5 for p in ps], lr, step, beta1, beta2, group["eps"], group["rms_floor"],
                          group["weight_decay"])
+        if first:
+            logger.info("adamw_scale (compiled=true): the update compiled and ran in %.1f s",
+                        time.perf_counter() - start)
 
     def _update(self, p, group, beta1, beta2):
         """Reference: one parameter at a time (reads the RMS back to the host)."""

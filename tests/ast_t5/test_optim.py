@@ -1,6 +1,8 @@
 """Optimizers and clipping: the foreach steps against the per-parameter references, and gradient
 clipping on the gradients' own device (including a CUDA host training on the CPU)."""
 
+import logging
+
 import pytest
 import torch
 
@@ -89,11 +91,15 @@ def _compiled_run(device, weight_decay, monkeypatch):
 
 
 @pytest.mark.parametrize("weight_decay", [0.0, 0.1])
-def test_adamw_scale_compiled_matches_the_loop_and_compiles_once(weight_decay, monkeypatch):
+def test_adamw_scale_compiled_matches_the_loop_and_compiles_once(weight_decay, monkeypatch, caplog):
     """compiled=True: the foreach update under torch.compile gives the loop's update (fused=True
     too: compiled takes precedence, the fused kernel never runs), and the learning rate that
-    changes every step and the step count are tensors, not guards: one graph for five steps."""
-    assert _compiled_run("cpu", weight_decay, monkeypatch) == 1
+    changes every step and the step count are tensors, not guards: one graph for five steps; the
+    compilation is logged once, with its time."""
+    with caplog.at_level(logging.INFO, logger="ast_t5.optim.adamw_scale"):
+        assert _compiled_run("cpu", weight_decay, monkeypatch) == 1
+    assert caplog.text.count("compiling the update of 4 tensors") == 1
+    assert caplog.text.count("the update compiled and ran in") == 1
 
 
 @pytest.mark.cuda
