@@ -34,6 +34,17 @@ reference loop:
 - ``foreach=False``: the per-parameter loop the others are tested against.
 
 Clipping goes through ast_t5.optim.clipping (device-safe, foreach).
+
+``step(grad_factor=f)`` multiplies every gradient by ``f`` (a number or a 0-dim tensor) before using
+it. Under ``common.bf16`` fairseq's mixed-precision wrapper keeps such a factor (the sample-size
+normalization times the clip coefficient) and multiplies the fp32 gradients by it in a pass of its
+own before the step: one read and one write of the gradients, 2 GB per update for T5-base. Our
+tasks' step (`ast_t5.optim.mixed_precision.fp16_optimizer_step`) hands it to this optimizer
+instead (`folds_gradient_factor`), and the compiled update multiplies inside its kernels, where it
+reads each gradient anyway: no pass of its own. The other paths make the same multiply fairseq
+would (one foreach multiply), so every path gives bit for bit the update of fairseq's own step.
+(Not through fairseq's ``supports_step_with_scale``: under bf16 fairseq's wrapper never resets its
+factor on that path, so it would compound over the updates.)
 """
 import ast
 import logging
@@ -72,8 +83,12 @@ class AdamWScale(torch.optim.Optimizer):
     def supports_flat_params(self):
         return True
 
+    folds_gradient_factor = True  # step takes grad_factor (module docstring)
+
     @torch.no_grad()
-    def step(self, closure=None):
+    def step(self, closure=None, grad_factor=None):
+        """One update, every gradient multiplied by ``grad_factor`` first (None: by 1; a number or a
+        0-dim tensor; the gradients may be left multiplied or not)."""
         loss = closure() if closure is not None else None
         for group in self.param_groups:
             params = [p for p in group["params"] if p.grad is not None]
@@ -81,11 +96,11 @@ class AdamWScale(torch.optim.Optimizer):
                 if p.grad.is_sparse:
                     raise RuntimeError("AdamWScale does not support sparse gradients")
             if group.get("foreach", True):
-                self._foreach_update(params, group)
+                self._foreach_update(params, group, grad_factor)
             else:
                 beta1, beta2 = group["betas"]
                 for p in params:
-                    self._update(p, group, beta1, beta2)
+                    self._update(p, group, beta1, beta2, grad_factor)
         return loss
 
     def _state(self, p):
@@ -96,7 +111,7 @@ class AdamWScale(torch.optim.Optimizer):
             state["exp_avg_sq"] = torch.zeros_like(p, dtype=torch.float32)
         return state
 
-    def _foreach_update(self, params, group):
+    def _foreach_update(self, params, group, grad_factor=None):
         """The update of ``_update`` for many parameters at once, without host synchronization."""
         beta1, beta2 = group["betas"]
         by_key = {}
@@ -106,8 +121,10 @@ class AdamWScale(torch.optim.Optimizer):
             by_key.setdefault((p.device, p.dtype, state["step"]), []).append(p)
         for (device, dtype, t), ps in by_key.items():
             if group.get("compiled") and dtype == torch.float32 and all(p.grad.dtype == torch.float32 for p in ps):
-                self._compiled_update(ps, group, t)
+                self._compiled_update(ps, group, t, grad_factor)
                 continue
+            if grad_factor is not None:  # the multiply fairseq's wrapper would have made
+                _multiply([p.grad for p in ps], grad_factor)
             if _takes_fused(group.get("fused"), device, dtype, ps):
                 self._fused_update(ps, group, t)
                 continue
@@ -154,11 +171,11 @@ class AdamWScale(torch.optim.Optimizer):
                                 beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"], amsgrad=False,
                                 maximize=False)
 
-    def _compiled_update(self, ps, group, t):
+    def _compiled_update(self, ps, group, t, grad_factor=None):
         """The update of ``_update`` by `_scaled_adam_update` under torch.compile (fp32 parameters and
         gradients on one device; module docstring). The learning rate (which the schedule changes
-        every update) and the step count go in as device tensors, so that no value of theirs is a
-        guard and the graph compiles once."""
+        every update), the step count and the gradient factor go in as device tensors, so that no
+        value of theirs is a guard and the graph compiles once."""
         global _COMPILED_UPDATE
         first = _COMPILED_UPDATE is None
         if first:
@@ -171,15 +188,18 @@ class AdamWScale(torch.optim.Optimizer):
         states = [self.state[p] for p in ps]
         lr = torch.full((), group["lr"], dtype=torch.float32, device=device)
         step = torch.full((), float(t), dtype=torch.float32, device=device)
+        factor = _device_scalar(1.0 if grad_factor is None else grad_factor, device)  # always a tensor: one graph
         _COMPILED_UPDATE(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                         [p.numel() ** -0.5 for p in ps], lr, step, beta1, beta2, group["eps"], group["rms_floor"],
-                         group["weight_decay"])
+                         [p.numel() ** -0.5 for p in ps], lr, step, factor, beta1, beta2, group["eps"],
+                         group["rms_floor"], group["weight_decay"])
         if first:
             logger.info("adamw_scale (compiled=true): the update compiled and ran in %.1f s",
                         time.perf_counter() - start)
 
-    def _update(self, p, group, beta1, beta2):
+    def _update(self, p, group, beta1, beta2, grad_factor=None):
         """Reference: one parameter at a time (reads the RMS back to the host)."""
+        if grad_factor is not None:
+            p.grad.mul_(grad_factor)
         grad = p.grad.float()
         state = self._state(p)
         state["step"] += 1
@@ -201,10 +221,28 @@ class AdamWScale(torch.optim.Optimizer):
 _COMPILED_UPDATE = None  # torch.compile(_scaled_adam_update), made at the first compiled step
 
 
-def _scaled_adam_update(ps, grads, exp_avgs, exp_avg_sqs, inv_sqrt_numels, lr, step, beta1, beta2, eps, rms_floor,
-                        weight_decay):
+def _device_scalar(value, device: torch.device) -> torch.Tensor:
+    """``value`` (a number or a one-element tensor) as a 0-dim fp32 tensor on ``device``."""
+    if torch.is_tensor(value):
+        return value.detach().reshape(()).to(device=device, dtype=torch.float32)
+    return torch.full((), float(value), dtype=torch.float32, device=device)
+
+
+def _multiply(grads, factor) -> None:
+    """``grads`` (one device) multiplied in place by ``factor``, as fairseq's ``multiply_grads`` does."""
+    by_dtype = {}
+    for g in grads:
+        by_dtype.setdefault(g.dtype, []).append(g)
+    for group in by_dtype.values():
+        torch._foreach_mul_(group, factor.to(group[0].device) if torch.is_tensor(factor) else factor)
+
+
+def _scaled_adam_update(ps, grads, exp_avgs, exp_avg_sqs, inv_sqrt_numels, lr, step, grad_factor, beta1, beta2, eps,
+                        rms_floor, weight_decay):
     """`AdamWScale._update`'s algebra for many fp32 parameters in foreach ops, traced by torch.compile
-    (``compiled``): ``lr`` and ``step`` are 0-dim device tensors, the rest constants of the run."""
+    (``compiled``): ``lr``, ``step`` and ``grad_factor`` (what every gradient is multiplied by) are
+    0-dim device tensors, the rest constants of the run. The gradients are read, never written."""
+    grads = torch._foreach_mul(grads, grad_factor)
     torch._foreach_mul_(exp_avgs, beta1)
     torch._foreach_add_(exp_avgs, grads, alpha=1 - beta1)
     torch._foreach_mul_(exp_avg_sqs, beta2)

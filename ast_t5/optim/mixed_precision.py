@@ -9,7 +9,9 @@ parameter tensors make about 400 kernel launches at the end of every update, all
 trainer's host synchronizations of that update (the gradient-norm check and the logged values),
 while the GPU has nothing else to run.
 
-``fp16_optimizer_step`` does what ``FP16Optimizer.step`` does, with the copy back as one
+``fp16_optimizer_step`` does what ``FP16Optimizer.step`` does (an optimizer that
+``folds_gradient_factor``, adamw_scale, is handed the wrapper's gradient factor instead of having
+the gradients multiplied by it first), with the copy back as one
 ``torch._foreach_copy_`` per device and dtype, and then drops the master gradients
 (``grad = None``): the next update's gradient sync allocates them again from the bf16 gradients
 (fairseq's own path for a master without a gradient, ``p.grad.float()``, one launch each, as the
@@ -43,7 +45,14 @@ def fp16_optimizer_step(optimizer) -> None:
                         f"parameter, got {type(optimizer).__name__}")
     # FP16Optimizer.step's own sequence, down to the copy back
     optimizer._sync_fp16_grads_to_fp32()
-    if getattr(optimizer, "supports_step_with_scale", False):
+    inner = optimizer.fp32_optimizer.optimizer
+    if getattr(inner, "folds_gradient_factor", False):
+        # the optimizer multiplies the gradients by the wrapper's factor itself (adamw_scale: inside its
+        # compiled kernels), where _unscale_grads would make a pass of its own; then reset as it does
+        factor = optimizer._multiply_factor
+        inner.step(grad_factor=factor if torch.is_tensor(factor) or factor != 1.0 else None)
+        optimizer._multiply_factor = 1.0
+    elif getattr(optimizer, "supports_step_with_scale", False):
         optimizer.fp32_optimizer.step(None, scale=(1.0 / optimizer._multiply_factor), groups=None)
     else:
         optimizer._unscale_grads()

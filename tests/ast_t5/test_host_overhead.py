@@ -102,6 +102,35 @@ def test_the_bf16_step_dispatches_no_per_parameter_copy_or_zeroing(task_dir):
     assert step_ops.ops["copy_"] == n_params and zero_ops.ops["zero_"] == n_params
 
 
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_bf16_step_hands_the_gradient_factor_to_adamw_scale(task_dir, compiled, monkeypatch):
+    """Under bf16 our step hands the wrapper's gradient factor (sample-size normalization times the
+    clip coefficient, a device tensor once clipping ran) to adamw_scale, and fairseq's multiply pass
+    over the fp32 gradients never runs; the factor is reset after each update, and the weights equal
+    fairseq's own multiply-then-step, bit for bit, with the compiled update too."""
+    from fairseq.optim.fairseq_optimizer import FairseqOptimizer
+
+    multiplied = []
+    original = FairseqOptimizer.multiply_grads
+    monkeypatch.setattr(FairseqOptimizer, "multiply_grads", lambda self, c: multiplied.append(c) or original(self, c))
+    settings = ("common.bf16=true", "optimization.clip_norm=0.05",  # small enough to clip every update
+                *(("+optimizer.compiled=true",) if compiled else ()))
+    batches = bench_train.make_batches(4, 3, 40, 12, 512, seed=5)
+    ours, theirs = _trainer(task_dir, *settings), _trainer(task_dir, *settings)
+    theirs.task.optimizer_step = _fairseq_step
+    for batch in batches:
+        a = ours.train_step([batch])
+        assert multiplied == [] and ours.optimizer._multiply_factor == 1.0
+        b = theirs.train_step([batch])
+        assert len(multiplied) == 1 and torch.is_tensor(multiplied.pop())
+        assert float(a["loss"]) == float(b["loss"])
+    for m, n in zip(ours.optimizer.fp32_params, theirs.optimizer.fp32_params):
+        assert torch.equal(m, n)
+    initial = _trainer(task_dir, *settings)
+    assert any(not torch.equal(m, n) for m, n in zip(ours.optimizer.fp32_params, initial.optimizer.fp32_params))
+    torch._dynamo.reset()
+
+
 def test_other_optimizers_take_their_own_step(task_dir):
     from fairseq.optim.fp16_optimizer import FP16Optimizer
 

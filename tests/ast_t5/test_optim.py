@@ -108,6 +108,40 @@ def test_adamw_scale_compiled_on_cuda_matches_the_cpu_loop(monkeypatch):
         pytest.skip("no CUDA device: the compiled update's GPU kernels are not run")
     assert _compiled_run("cuda", 0.1, monkeypatch) == 1
 
+@pytest.mark.parametrize("path", ["loop", "foreach", "fused", "compiled"])
+@pytest.mark.parametrize("as_tensor", [False, True])
+def test_adamw_scale_step_multiplies_the_gradients_by_grad_factor(path, as_tensor, monkeypatch):
+    """step(grad_factor=f) (what our bf16 step hands over instead of fairseq's multiply pass) gives
+    bit for bit the step on gradients multiplied by f first, on every path, f a number or a 0-dim
+    tensor; the compiled update takes steps with and without a factor in one graph."""
+    import ast_t5.optim.adamw_scale as adamw_scale
+
+    monkeypatch.setattr(adamw_scale, "_COMPILED_UPDATE", None)
+    torch._dynamo.reset()
+    graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
+    settings = {"loop": dict(foreach=False), "foreach": dict(fused=False), "fused": dict(fused=True),
+                "compiled": dict(compiled=True)}[path]
+    a, b = _params(), _params()
+    kw = dict(lr=0.01, betas=(0.9, 0.99), eps=1e-8, weight_decay=0.1)
+    first, folded = AdamWScale(a, **settings, **kw), AdamWScale(b, **settings, **kw)
+    assert folded.folds_gradient_factor
+    g = torch.Generator().manual_seed(1)
+    for factor in (None, 0.25, 3.0, None):
+        for p, q in zip(a, b):
+            q.grad = torch.randn(p.shape, generator=g)
+            p.grad = q.grad.clone()
+            if factor is not None:
+                torch._foreach_mul_([p.grad], torch.tensor(factor) if as_tensor else factor)
+        first.step()
+        folded.step(grad_factor=torch.tensor(factor) if as_tensor and factor is not None else factor)
+    for x, y, p0 in zip(a, b, _params()):
+        assert not torch.equal(x, p0)
+        assert torch.equal(y, x)
+    if path == "compiled":
+        assert torch._dynamo.utils.counters["stats"]["unique_graphs"] - graphs == 1
+    torch._dynamo.reset()
+
+
 def test_adamw_scale_fused_is_auto_on_cuda_and_cpu_and_leaves_other_dtypes_to_foreach(monkeypatch):
     from ast_t5.optim.adamw_scale import _takes_fused
 
