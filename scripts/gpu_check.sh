@@ -14,6 +14,18 @@
 # ../shared/gpu/device_env.sh does, where that file travels), and its build step builds the
 # fused_ops extension.
 #
+# Compilation is a third of a session's device time (T5-base: 78-136 s per compile on an H200,
+# Hugging Face's 96 s, the triton backend's kernels at their first launch), and each session
+# starts on a fresh machine. So inductor and Triton share one cache folder (TORCHINDUCTOR_CACHE_DIR,
+# default /tmp/ast_t5_compile_cache; TRITON_CACHE_DIR inside it), filled first from
+# GPU_CHECK_COMPILE_CACHE (default .device/compile_cache.tar.xz) when the call carries one made
+# under the same torch and Triton, and packed at the end into OUTDIR/compile_cache.tar.xz (at most
+# 15 MiB; scripts/compile_cache.py says what goes in). On the CPU machine, copy that file into
+# .device/ (`cp <the returned files>/compile_cache.tar.xz .device/`), and the next call's graphs
+# and kernels that have not changed load instead of compiling ("inductor's cache: N of M graphs
+# loaded" in the compile logs; inductor's graphs hit on the same GPU model only). GPU_CHECK_PACK=0
+# leaves the packing out.
+#
 # Steps in the order they run, each under `timeout` with its own cap, inside one overall budget per
 # call (GPU_CHECK_BUDGET_S, default 520 s, so that a call fits 10 minutes with the set-up). A step
 # that needs more than what is left of the budget (its minimum, the second number) is skipped and
@@ -235,6 +247,15 @@ fi
 [ -e ast_t5_preprocess ] || ln -s preprocess ast_t5_preprocess
 case ":${PYTHONPATH:-}:" in *":$(pwd):"*) ;; *) PYTHONPATH="$(pwd)${PYTHONPATH:+:$PYTHONPATH}"; export PYTHONPATH ;; esac
 
+# one cache folder for inductor and Triton, filled from the carried archive once per machine
+export TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-/tmp/ast_t5_compile_cache}
+export TRITON_CACHE_DIR=${TRITON_CACHE_DIR:-$TORCHINDUCTOR_CACHE_DIR/triton}
+if [ ! -e "$TORCHINDUCTOR_CACHE_DIR/.unpacked" ]; then
+  "$PY" scripts/compile_cache.py unpack "${GPU_CHECK_COMPILE_CACHE:-.device/compile_cache.tar.xz}" \
+    "$TORCHINDUCTOR_CACHE_DIR" 2>&1 | tee -a "$OUTDIR/build.log"
+  mkdir -p "$TORCHINDUCTOR_CACHE_DIR" && touch "$TORCHINDUCTOR_CACHE_DIR/.unpacked"
+fi
+
 # the imports this checkout needs, before any step: a wheel missing on the host (see
 # scripts/device_bundle.sh) shows here in one line, not as a hundred test errors
 "$PY" - 2>&1 <<'PY' | tee -a "$OUTDIR/build.log"
@@ -373,4 +394,10 @@ PY
 status=$?
 # what the figures say (the issues' targets, the decisions), at the end of the output
 "$PY" scripts/gpu_summary.py "$OUTDIR/figures.json" || true
+# the caches for the next session (header), last: about 40 MB/s of cache on one core, at most 40 s
+# after the budget (a device call of 600 s: GPU_CHECK_BUDGET_S=520 leaves it and the set-up time)
+if [ "$DRY" != 1 ] && [ "${GPU_CHECK_PACK:-1}" != 0 ]; then
+  timeout 40 "$PY" scripts/compile_cache.py pack "$TORCHINDUCTOR_CACHE_DIR" "$OUTDIR/compile_cache.tar.xz" \
+    --max-mib 15 2>&1 | tee -a "$OUTDIR/build.log"
+fi
 exit "$status"

@@ -122,19 +122,18 @@ def test_a_dry_run_leaves_the_record_of_finished_steps_alone(tmp_path):
     assert (tmp_path / "state").read_text() == "build 0 21 60 60\n"
 
 
-def test_a_resumed_call_s_figures_hold_the_steps_an_earlier_call_finished(tmp_path):
-    """The benchmarks' JSON files live in GPU_CHECK_JSON_DIR, beside the state file: a resumed call
-    embeds the figures of the steps the earlier call finished (which it does not rerun) with its own,
-    and a call without GPU_CHECK_RESUME starts from none. Real calls, in a copy of the scripts (a call
-    links ast_t5_preprocess in its tree), with a python whose benchmarks write a stand-in JSON."""
+def _fake_call(tmp_path):
+    """A copy of the scripts (a call links ast_t5_preprocess in its tree) and a python whose benchmarks
+    write a stand-in JSON ({"benchmark": its script} to its --json; the rest is real python); returns
+    call(out, **env) -> (process, figures.json), the state, JSON and compile cache folders in tmp_path."""
     import shutil
     import sys
 
     repo = tmp_path / "repo"
     (repo / "scripts").mkdir(parents=True)
-    for name in ("gpu_check.sh", "gpu_summary.py"):
+    for name in ("gpu_check.sh", "gpu_summary.py", "compile_cache.py"):
         shutil.copy(os.path.join(os.path.dirname(SCRIPT), name), repo / "scripts" / name)
-    fake = tmp_path / "python"  # a benchmark call writes {"benchmark": its script} to its --json; the rest is real
+    fake = tmp_path / "python"
     fake.write_text(f"""#!/usr/bin/env bash
 case " $* " in
   *" benchmarks/"*" --json "*)
@@ -147,15 +146,25 @@ case " $* " in
 esac
 """)
     fake.chmod(0o755)
-    env = dict(PYTHON=fake, GPU_CHECK_STATE=tmp_path / "state", GPU_CHECK_JSON_DIR=tmp_path / "json")
+    env = dict(PYTHON=fake, GPU_CHECK_STATE=tmp_path / "state", GPU_CHECK_JSON_DIR=tmp_path / "json",
+               TORCHINDUCTOR_CACHE_DIR=tmp_path / "cache", GPU_CHECK_COMPILE_CACHE=tmp_path / "carried.tar.xz")
     script = str(repo / "scripts" / "gpu_check.sh")
 
     def call(out, **extra):
-        inherited = {k: v for k, v in os.environ.items() if not k.startswith("GPU_CHECK_")}
+        inherited = {k: v for k, v in os.environ.items()
+                     if not k.startswith(("GPU_CHECK_", "TORCHINDUCTOR_", "TRITON_CACHE"))}
         proc = subprocess.run(["bash", script, str(out)], capture_output=True, text=True,
                               env=dict(inherited, **{k: str(v) for k, v in {**env, **extra}.items()}))
         with open(out / "figures.json", encoding="utf-8") as f:
             return proc, json.load(f)
+    return call
+
+
+def test_a_resumed_call_s_figures_hold_the_steps_an_earlier_call_finished(tmp_path):
+    """The benchmarks' JSON files live in GPU_CHECK_JSON_DIR, beside the state file: a resumed call
+    embeds the figures of the steps the earlier call finished (which it does not rerun) with its own,
+    and a call without GPU_CHECK_RESUME starts from none."""
+    call = _fake_call(tmp_path)
     proc, figures = call(tmp_path / "one", GPU_CHECK_STEPS="optimizer")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert figures["optimizer"] == {"benchmark": "benchmarks/bench_optimizer.py"} and "host_overhead" not in figures
@@ -165,3 +174,35 @@ esac
     assert figures["host_overhead"] == {"benchmark": "benchmarks/bench_host_overhead.py"}
     proc, figures = call(tmp_path / "three", GPU_CHECK_STEPS="host_overhead")  # a fresh start: none kept
     assert "optimizer" not in figures and figures["host_overhead"]["benchmark"].endswith("bench_host_overhead.py")
+
+
+def test_a_call_fills_the_compile_cache_from_the_carried_archive_once_and_packs_it_for_the_next(tmp_path):
+    """The carried archive is unpacked into TORCHINDUCTOR_CACHE_DIR (Triton's cache inside it) once per
+    machine, and the folder, with what the call's steps added, is packed into OUTDIR for the next
+    session; GPU_CHECK_PACK=0 leaves that out."""
+    import tarfile
+
+    from ..conftest import load_script
+
+    cc = load_script("compile_cache")
+    call = _fake_call(tmp_path)
+    first = tmp_path / "first_cache"
+    (first / "fxgraph" / "ab").mkdir(parents=True)
+    (first / "fxgraph" / "ab" / "entry").write_bytes(b"graph")
+    cc.pack(str(first), str(tmp_path / "carried.tar.xz"), 2**20)
+    proc, _ = call(tmp_path / "one", GPU_CHECK_STEPS="host_overhead")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert (tmp_path / "cache" / "fxgraph" / "ab" / "entry").read_bytes() == b"graph"
+    log = (tmp_path / "one" / "build.log").read_text()
+    assert "compile_cache: unpacked 1 files" in log and "compile_cache: packed inductor" in log
+    (tmp_path / "cache" / "triton" / "K").mkdir(parents=True)  # a kernel of ours that a step compiled
+    (tmp_path / "cache" / "triton" / "K" / "__grp___attn_fwd.json").write_text("{}")
+    proc, _ = call(tmp_path / "two", GPU_CHECK_STEPS="host_overhead", GPU_CHECK_RESUME=1)
+    log = (tmp_path / "two" / "build.log").read_text()
+    assert "unpacked" not in log  # the same machine: the folder is already filled
+    with tarfile.open(tmp_path / "two" / "compile_cache.tar.xz", "r:xz") as tar:
+        names = tar.getnames()
+    assert names[0] == cc.MANIFEST and sorted(names[1:]) == ["fxgraph/ab/entry", "triton/K/__grp___attn_fwd.json"]
+    assert len(os.listdir(tmp_path / "two")) <= 8  # what a device call brings back
+    proc, _ = call(tmp_path / "three", GPU_CHECK_STEPS="host_overhead", GPU_CHECK_PACK=0)
+    assert not (tmp_path / "three" / "compile_cache.tar.xz").exists()
