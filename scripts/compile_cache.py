@@ -32,7 +32,6 @@ unreadable or holds a path outside the folder, 2 on a usage error.
 """
 import argparse
 import io
-import lzma
 import json
 import os
 import subprocess
@@ -40,6 +39,11 @@ import sys
 import tarfile
 import time
 from typing import Dict, List, Optional, Tuple
+
+try:
+    from lzma import LZMAError
+except ImportError:  # a Python built without liblzma: tarfile then raises CompressionError, a TarError
+    LZMAError = tarfile.TarError
 
 MANIFEST = "compile_cache.json"
 UNPACKED = ".unpacked"  # gpu_check.sh's mark of a folder already filled on this machine
@@ -190,7 +194,7 @@ def main(argv=None) -> int:
             pack(args.cache_dir, args.archive, int(args.max_mib * 2**20))
         else:
             unpack(args.archive, args.cache_dir)
-    except (ValueError, tarfile.TarError, lzma.LZMAError, OSError, EOFError) as e:
+    except (ValueError, tarfile.TarError, LZMAError, OSError, EOFError) as e:
         print(f"compile_cache: {args.command} failed: {e}", file=sys.stderr)
         return 1
     return 0
