@@ -3,6 +3,8 @@
     python benchmarks/bench_train.py --device cuda               # T5-base, bf16, compiled (minutes)
     python benchmarks/bench_train.py --device cuda --profile     # + the time budget of one update
     python benchmarks/bench_train.py --device cpu                # tiny shape, what CI runs (seconds)
+    python benchmarks/bench_train.py --device cuda --no-hf --versus "++model.attention_backend=triton"
+                                                                 # a variant of ours beside it, in one run
 
 Ours is exactly what ``fairseq-hydra-train --config-name base`` runs per update: the config is
 composed from config/pretrain/<config>.yaml with Hydra, and fairseq's ``Trainer.train_step`` runs
@@ -21,7 +23,10 @@ alternate between the two, first one then the other first; the median seconds pe
 is reported. ``--json`` is first written with ours alone (one block of updates right after its
 warm-up, ``"partial"`` says so), before Hugging Face's model is built and compiled, then again with
 the comparison and again with the profile, so that a run stopped by a time limit keeps what it
-measured.
+measured. ``--versus OVERRIDES`` (repeatable) builds one more trainer of ours per variant (the Hydra
+overrides after ours', e.g. another attention backend or ``+optimizer.compiled=true``), warms it up,
+and times it in the same interleaved blocks: each variant's tokens/s over ours', side by side in one
+run (``"variants"`` in the JSON).
 
 FLOPs per update: `ast_t5.models.flops.training_flops` (what the training log's ``tflops`` and
 ``mfu`` count), from the padded batch shapes (what the hardware computes): ``6 x ((encoder
@@ -204,8 +209,9 @@ def interleaved_blocks(updates_by_name, batches, updates, repeats, device):
     return {name: statistics.median(t) for name, t in times.items()}, times
 
 
-def setup_ours(args, device, data_dir):
-    """fairseq's Trainer for ``args.config`` and an update function over it."""
+def setup_ours(args, device, data_dir, extra=()):
+    """fairseq's Trainer for ``args.config`` and an update function over it; ``extra``: more Hydra
+    overrides, after all others (a ``--versus`` variant's: the last value of a key wins)."""
     overrides = [f"common.cpu={'true' if device.type == 'cpu' else 'false'}",
                  f"common.bf16={'true' if args.bf16 else 'false'}",
                  f"++model.compile={'true' if args.compile else 'false'}",
@@ -214,7 +220,7 @@ def setup_ours(args, device, data_dir):
                  "common.log_interval=1000000"]
     if args.compile_backend:
         overrides.append(f"++model.compile_backend={args.compile_backend}")
-    _, _, trainer, initial = build_trainer(args.config, data_dir, overrides + list(args.override))
+    _, _, trainer, initial = build_trainer(args.config, data_dir, overrides + list(args.override) + list(extra))
     # on CUDA fairseq's train_step resets the peak memory statistics at the end of every update (to log
     # gb_free), so the warm-up's peak would be what the last update left allocated, not its peak; without
     # its CUDA environment record it neither resets nor logs that
@@ -235,6 +241,8 @@ def setup_ours(args, device, data_dir):
                 "compile_cache_hits": getattr(model, "compile_cache_hits", 0),
                 "compile_cache_misses": getattr(model, "compile_cache_misses", 0),
                 "ce_path": getattr(trainer.criterion, "last_path", None),
+                "attention_backend": str(model.cfg.attention_backend),
+                "optimizer_compiled": bool(trainer.cfg.optimizer.get("compiled", False)),
                 "param_dtype": str(next(model.parameters()).dtype).replace("torch.", ""),
                 "oom_recoveries": len(ooms)}
     return trainer, initial, update, info
@@ -502,9 +510,10 @@ def sync_sites(trainer, sample):
     return sites
 
 
-def report(args, device, shape, ours, hf, flops, tokens):
+def report(args, device, shape, ours, hf, flops, tokens, variants=()):
     """The run's figures (returned as the JSON payload) and their log lines, the profile aside
-    (`report_profile`)."""
+    (`report_profile`); ``variants``: the ``--versus`` runs, each a dict with its "overrides" and
+    "flops_per_update" beside the figures of ``ours``."""
     name = torch.cuda.get_device_name() if device.type == "cuda" else "cpu"
     peak = peak_tflops(name, args.peak_tflops) if device.type == "cuda" else float("nan")
     config, vocab, batch, src_len, tgt_len = shape
@@ -517,10 +526,12 @@ def report(args, device, shape, ours, hf, flops, tokens):
     rows = [("ours (fairseq Trainer.train_step)", "ours", ours)]
     if hf is not None:
         rows.append(("HF T5 (nanoT5 recipe)", "hf", hf))
+    rows += [(f"ours + {v['overrides']}", None, v) for v in variants]
     for label, key, r in rows:
         r["tokens_per_s"] = tokens / r["seconds_per_update"]
-        r["mfu"] = flops / r["seconds_per_update"] / (peak * 1e12)
-        out[key] = r
+        r["mfu"] = r.get("flops_per_update", flops) / r["seconds_per_update"] / (peak * 1e12)
+        if key is not None:
+            out[key] = r
         mem = f", peak memory {r['peak_memory_gib']:.1f} GiB" if "peak_memory_gib" in r else ""
         logger.info("%-34s %8.1f ms/update  %10.0f tokens/s  MFU %5.1f%%%s  (warm-up %.1f s)", label,
                     1e3 * r["seconds_per_update"], r["tokens_per_s"], 100 * r["mfu"], mem, r["warmup_seconds"])
@@ -532,6 +543,13 @@ def report(args, device, shape, ours, hf, flops, tokens):
             logger.info("ours / HF peak memory: %.2fx (target <= 1.0x)", out["ratio_peak_memory"])
     logger.info("ours: compile %.1f s%s, cross-entropy %s, parameters in %s, oom recoveries %d",
                 ours["compile_seconds"], cache_note(ours), ours["ce_path"], ours["param_dtype"], ours["oom_recoveries"])
+    if variants:
+        out["variants"] = list(variants)
+    for v in variants:  # each timed in the same blocks as ours: the ratio is side by side in one run
+        v["speedup_vs_ours"] = ours["seconds_per_update"] / v["seconds_per_update"]
+        logger.info("ours + %s / ours: %.3fx tokens/s (%.1f against %.1f ms/update); compile %.1f s%s, "
+                    "oom recoveries %d", v["overrides"], v["speedup_vs_ours"], 1e3 * v["seconds_per_update"],
+                    1e3 * ours["seconds_per_update"], v["compile_seconds"], cache_note(v), v["oom_recoveries"])
     return out
 
 
@@ -606,6 +624,11 @@ def parse_args(argv=None):
                         "shared machine)")
     p.add_argument("--json", default="", help="write every figure to this JSON file")
     p.add_argument("--override", action="append", default=[], help="extra Hydra override for ours (repeatable)")
+    p.add_argument("--versus", action="append", default=[], metavar="OVERRIDES",
+                   help="a variant of ours timed beside it, in the same interleaved blocks: Hydra overrides "
+                        "separated by spaces, after ours' (e.g. '++model.attention_backend=triton' or "
+                        "'+optimizer.compiled=true'); repeatable, one trainer each; reports each one's "
+                        "tokens/s over ours'")
     args = p.parse_args(argv)
     cuda = args.device == "cuda"
     config, vocab, batch, src_len, tgt_len = SHAPES[args.device]
@@ -621,6 +644,9 @@ def parse_args(argv=None):
     for name in ("vocab", "batch", "src_len", "tgt_len", "updates", "repeats", "warmup"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be >= 1")
+    args.versus = [" ".join(v.split()) for v in args.versus]
+    if any(not v for v in args.versus) or len(set(args.versus)) != len(args.versus):
+        p.error("each --versus names one variant: Hydra overrides, not empty, not repeated")
     return args
 
 
@@ -660,6 +686,17 @@ def main(argv=None) -> int:
         partial["partial"] = "ours alone (one block after its warm-up), before Hugging Face's run"
         write_json(args.json, partial)
     updates = {"ours": ours_update}
+    variants = []
+    for overrides in args.versus:  # each a trainer of its own, warmed up (compiled) before any timing
+        resident = torch.cuda.memory_allocated() if device.type == "cuda" else 0
+        with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+            v_trainer, _, v_update, v_info = setup_ours(args, device, write_task_dir(tmp, args.vocab),
+                                                        overrides.split())
+        v = {"overrides": overrides, "flops_per_update": flops_per_update(v_trainer.model, batches[0])}
+        v["warmup_seconds"], v["peak_memory_gib"] = _warm_up(v_update, batches, args.warmup, device, resident)
+        v["info"] = v_info
+        variants.append(v)
+        updates[f"ours + {overrides}"] = v_update
     hf = None
     if args.hf:
         resident = torch.cuda.memory_allocated() if device.type == "cuda" else 0
@@ -671,10 +708,13 @@ def main(argv=None) -> int:
     ours.update(seconds_per_update=median["ours"], blocks=blocks["ours"], **ours_info())
     if hf is not None:
         hf.update(seconds_per_update=median["hf"], blocks=blocks["hf"], **hf_info())
-    for r in (ours, hf):
+    for v in variants:
+        name = f"ours + {v['overrides']}"
+        v.update(seconds_per_update=median[name], blocks=blocks[name], **v.pop("info")())
+    for r in (ours, hf, *variants):
         if r is not None and r["peak_memory_gib"] is None:
             del r["peak_memory_gib"]
-    out = report(args, device, shape, ours, hf, flops, tokens)
+    out = report(args, device, shape, ours, hf, flops, tokens, variants)
     if args.json:  # now, and again with the profile: a time limit during the profile keeps the comparison
         write_json(args.json, out)
     if args.profile:

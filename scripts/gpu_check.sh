@@ -32,6 +32,18 @@
 # the next one tried, so a short step at the end still gets the time a long one could not use.
 #                                                                           cap  min  log
 #   build            the fused_ops CUDA extension in place (about 20 s)      60   30  build.log
+#   bench_train_variants  bench_train.py --device cuda --no-hf, with
+#                    two variants of ours timed beside it in the same
+#                    interleaved blocks (--versus): the triton attention
+#                    backend (our kernels take the per-distance table and
+#                    reduce its gradient themselves; auto = sdpa on sm90
+#                    spent 36 of a 115 ms update in attention, H200,
+#                    2026-11-27) and the compiled optimizer update (the
+#                    optimizer took 14.8 ms against a 2.2 ms floor): each
+#                    one's tokens/s over ours', side by side in one run,
+#                    which decide AUTO_TABLE's sm90 row for training and
+#                    optimizer.compiled's default; three compiles (78 s for
+#                    auto then, fewer from inductor's cache)                300  150  bench_train.log
 #   recipe           bench_recipe.py --device cuda: fairseq-hydra-train
 #                    base + single_gpu, 200 updates on the default corpus
 #                    (MFU, memory, OOM recoveries, recompilations): about
@@ -45,12 +57,6 @@
 #                    config: seconds, where compiling took 136 s), then HF's
 #                    compile; its JSON holds ours alone right after our
 #                    warm-up, before HF's compile                            400  200  bench_train.log
-#   bench_train_triton  bench_train.py --backend triton --no-hf --profile: the
-#                    trainer on our Triton kernels, which take the per-distance
-#                    table and reduce its gradient themselves, against the
-#                    bench_train step's auto (sdpa on sm90: 36 of the 115 ms
-#                    update in its attention kernels, H200, 2026-11-27); one
-#                    compile (78 s for auto then)                           240  120  bench_train.log
 #   bias_grad        bench_bias_grad.py --device cuda at T = S = 512 and
 #                    1024, 32768 tokens: the relative bias's gradient as
 #                    a gather's backward (inductor: one atomic add per
@@ -107,18 +113,17 @@
 # bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths
 # (everything issue 10 still owes, its targets first: the kernels at the issue's shape, then the
 # T5-base step that `auto` must not slow, eager and compiled, before the profile and the tile
-# sweep); train = build recipe bench_train bench_train_triton bias_grad optimizer host_overhead
+# sweep); train = build bench_train_variants recipe bench_train bias_grad optimizer host_overhead
 # compile_scope other_tests norm_ffn (issue 11's, with the rest of the suite); headline = build
-# recipe bench_train bench_train_triton optimizer bench_model (the figures of the targets still
-# owed, issue 11's first: the recipe's MFU and OOM recoveries, the trainer against Hugging Face,
-# then the trainer on the triton backend, the candidate for the 36 ms of sdpa's attention kernels
-# in a 115 ms update, the optimizer step, the next largest gap, then `auto` in the model step,
+# bench_train_variants recipe bench_train bench_model (the figures of the targets still owed,
+# issue 11's first, and what decides the next changes before them: the trainer on the triton
+# backend and with the compiled optimizer against auto, side by side (the candidates for the 36 ms
+# of sdpa's attention kernels and the 14.8 ms of the optimizer in a 115 ms update), then the
+# recipe's MFU and OOM recoveries, the trainer against Hugging Face, then `auto` in the model step,
 # which on sm90 runs sdpa's own kernels by construction; the attention kernels at 1024 were
-# measured on 2026-11-26 and are in the attention group. On the
-# H200 on 2026-11-27 bench_train compiled T5-base in 78 s and ran in 219 s in all, hence its cap; at
-# GPU_CHECK_BUDGET_S=560 the recipe leaves bench_train about 230 s: ours from inductor's cache (the
-# recipe's graphs), then HF's compile, and a resumed call the rest, on the same machine, whose caches
-# it reuses); all (the default) =
+# measured on 2026-11-26 and are in the attention group. On the H200 on 2026-11-27 bench_train
+# compiled T5-base in 78 s and ran in 219 s in all, hence its cap; a resumed call on the same
+# machine runs what the first call's budget skipped, and reuses its caches); all (the default) =
 # train and attention. A step runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
 # finished, as recorded in GPU_CHECK_STATE (default .gpu_check_state, git-ignored; a call without
@@ -144,10 +149,10 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build recipe bench_train bench_train_triton bias_grad optimizer bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths host_overhead compile_scope other_tests norm_ffn"
+ALL_STEPS="build bench_train_variants recipe bench_train bias_grad optimizer bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths host_overhead compile_scope other_tests norm_ffn"
 ATTENTION_GROUP="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths"
-TRAIN_GROUP="build recipe bench_train bench_train_triton bias_grad optimizer host_overhead compile_scope other_tests norm_ffn"
-HEADLINE_GROUP="build recipe bench_train bench_train_triton optimizer bench_model"
+TRAIN_GROUP="build bench_train_variants recipe bench_train bias_grad optimizer host_overhead compile_scope other_tests norm_ffn"
+HEADLINE_GROUP="build bench_train_variants recipe bench_train bench_model"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
@@ -155,7 +160,7 @@ for step in ${GPU_CHECK_STEPS:-all}; do
     attention) STEPS="$STEPS $ATTENTION_GROUP" ;;
     train) STEPS="$STEPS $TRAIN_GROUP" ;;
     headline) STEPS="$STEPS $HEADLINE_GROUP" ;;
-    build|bench_train_triton|bias_grad|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_model_compiled|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
+    build|bench_train_variants|bias_grad|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_model_compiled|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train headline; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -310,12 +315,12 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 
 #   NAME                     CAP MIN LOG
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
+run bench_train_variants     300 150 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --no-hf \
+  --versus "++model.attention_backend=triton" --versus "+optimizer.compiled=true" --json "$JSON/train_variants.json"
 run recipe                   400 240 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \
   --work "$JSON/recipe_work" --log "$OUTDIR/recipe.log" --json "$JSON/recipe.json"
 run bench_train              400 200 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile \
   --json "$JSON/train.json"
-run bench_train_triton       240 120 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --backend triton \
-  --no-hf --profile --json "$JSON/train_triton.json"
 run bias_grad                120  45 bench_train.log "$PY" benchmarks/bench_bias_grad.py --device cuda \
   --lengths 512 1024 --tokens 32768 --budget-s 3 --json "$JSON/bias_grad.json"
 run optimizer                180  90 bench_train.log "$PY" benchmarks/bench_optimizer.py --device cuda \
@@ -369,7 +374,7 @@ def read(name):
 tests = read("tests.log")
 figures["pytest_summaries"] = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", tests, re.M)
 figures["pytest_failures"] = re.findall(r"^FAILED (\S+)", tests, re.M)
-for name in ("train.json", "train_triton.json", "bias_grad.json", "optimizer.json", "host_overhead.json", "compile.json", "attention.json", "attention_tiles.json", "attention_profile.json",
+for name in ("train.json", "train_variants.json", "bias_grad.json", "optimizer.json", "host_overhead.json", "compile.json", "attention.json", "attention_tiles.json", "attention_profile.json",
              "attention_lengths.json", "recipe.json", "model.json", "model_compiled.json"):
     path = os.path.join(work, name)
     if os.path.exists(path):

@@ -222,10 +222,20 @@ def _cache_note(hits, lookups) -> str:
     return f", {hits} of {lookups} graphs from inductor's cache" if lookups else ""
 
 
-def train_lines(recipe: Optional[Dict], train: Optional[Dict], train_triton: Optional[Dict] = None) -> List[str]:
+def _variant_decision(overrides: str) -> str:
+    """What a bench_train variant faster than ours decides."""
+    if "attention_backend=triton" in overrides:
+        return "AUTO_TABLE's sm90 row may send compiled training to triton"
+    if "optimizer.compiled=true" in overrides:
+        return "optimizer.compiled may become the default on CUDA"
+    return "a candidate default"
+
+
+def train_lines(recipe: Optional[Dict], train: Optional[Dict], variants: Optional[Dict] = None) -> List[str]:
     """Issue 11's targets: the recipe's MFU (>= 40%, no OOM recovery) and the trainer against Hugging
-    Face (>= 1.5x tokens/s at no more peak memory); then the trainer on the triton backend
-    (bench_train_triton) against the first run's backend (auto)."""
+    Face (>= 1.5x tokens/s at no more peak memory); then the variants of ours timed beside it
+    (bench_train_variants: the triton backend, the compiled optimizer), each one's ratio and what it
+    decides."""
     lines = []
     if isinstance(recipe, dict) and isinstance(recipe.get("summary"), dict):
         r = recipe["summary"]
@@ -265,27 +275,24 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict], train_triton: Opt
             shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds["shares"].items())
             lines.append(f"bench_train GPU time by kind of kernel (GPU busy {100 * kinds.get('busy_of_span', 0):.0f}% "
                          f"of the update's span): {shares}")
-    if isinstance(train_triton, dict) and isinstance(train_triton.get("ours"), dict):
-        t = train_triton["ours"]
-        text = (f"bench_train --backend {train_triton.get('backend', 'triton')}: {t.get('tokens_per_s', 0):.0f} "
-                f"tokens/s, MFU {100 * t.get('mfu', 0):.1f}%, peak {_ms(t.get('peak_memory_gib'))} GiB")
-        base = train.get("ours") if isinstance(train, dict) else None
-        if isinstance(base, dict) and base.get("tokens_per_s") and t.get("tokens_per_s"):
-            ratio = t["tokens_per_s"] / base["tokens_per_s"]
-            text += f"; against {train.get('backend', 'auto')}: {ratio:.2f}x tokens/s"
-            if any(train.get(k) != train_triton.get(k) for k in ("device", "batch", "src_len", "tgt_len")):
-                text += " (another device or shape: not comparable)"
-            elif ratio > 1 + NOISE:
-                text += " (triton faster)"
+    if isinstance(variants, dict) and isinstance(variants.get("ours"), dict):
+        base = variants["ours"]
+        lines.append(f"bench_train variants (side by side, interleaved blocks; {variants.get('device', '?')}, "
+                     f"{variants.get('batch')} x {variants.get('src_len')} / {variants.get('tgt_len')}): ours "
+                     f"({variants.get('backend', 'auto')}) {base.get('tokens_per_s', 0):.0f} tokens/s, MFU "
+                     f"{100 * base.get('mfu', 0):.1f}%")
+        for v in variants.get("variants") or []:
+            ratio = v.get("speedup_vs_ours") or 0.0
+            overrides = v.get("overrides", "?")
+            if ratio > 1 + NOISE:
+                verdict = "faster: " + _variant_decision(overrides)
             elif ratio < 1 - NOISE:
-                text += " (triton slower)"
+                verdict = "slower"
             else:
-                text += f" (a tie, within {NOISE:.0%})"
-        lines.append(text)
-        kinds = (train_triton.get("profile") or {}).get("gpu_kernel_kinds")
-        if isinstance(kinds, dict) and isinstance(kinds.get("shares"), dict):
-            shares = ", ".join(f"{k} {100 * v:.1f}%" for k, v in kinds["shares"].items())
-            lines.append(f"bench_train --backend triton, GPU time by kind of kernel: {shares}")
+                verdict = f"a tie, within {NOISE:.0%}"
+            lines.append(f"  + {overrides}: {ratio:.2f}x ours' tokens/s, MFU {100 * v.get('mfu', 0):.1f}%, "
+                         f"peak {_ms(v.get('peak_memory_gib'))} GiB, oom recoveries {v.get('oom_recoveries')} "
+                         f"({verdict})")
     return lines
 
 
@@ -402,7 +409,7 @@ def summary(figures: Dict) -> List[str]:
     for key in ("model", "model_compiled"):
         if isinstance(figures.get(key), dict):
             lines += model_lines(figures[key])
-    lines += train_lines(figures.get("recipe"), figures.get("train"), figures.get("train_triton"))
+    lines += train_lines(figures.get("recipe"), figures.get("train"), figures.get("train_variants"))
     lines += bias_grad_lines(figures.get("bias_grad"))
     lines += optimizer_lines(figures.get("optimizer"))
     lines += host_overhead_lines(figures.get("host_overhead"))

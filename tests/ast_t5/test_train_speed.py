@@ -617,6 +617,32 @@ def test_bench_train_writes_ours_alone_before_building_hugging_face_s_model(tmp_
     assert "hf" not in figures and "ratio_tokens_per_s" not in figures and "before Hugging Face" in figures["partial"]
 
 
+def test_bench_train_times_variants_beside_ours_in_the_same_blocks(tmp_path, restored_logging, capsys):
+    """--versus: each variant is a trainer of its own with the overrides after ours', warmed up and then
+    timed in the same interleaved blocks as ours; the JSON holds its figures and its ratio over ours."""
+    out = tmp_path / "train.json"
+    assert bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "2", "--warmup", "1", "--no-hf",
+                             "--versus", "++model.attention_backend=torch", "--versus", " +optimizer.compiled=true ",
+                             "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    ours, (torch_attention, compiled) = figures["ours"], figures["variants"]
+    assert ours["attention_backend"] == "auto" and not ours["optimizer_compiled"]
+    assert torch_attention["overrides"] == "++model.attention_backend=torch"
+    assert torch_attention["attention_backend"] == "torch" and not torch_attention["optimizer_compiled"]
+    assert compiled["overrides"] == "+optimizer.compiled=true"
+    assert compiled["optimizer_compiled"] and compiled["attention_backend"] == "auto"
+    for v in (torch_attention, compiled):
+        assert v["num_updates"] == ours["num_updates"] == 3  # warm-up, then one update in each of two blocks
+        assert len(v["blocks"]) == 2 and math.isfinite(v["loss_last"])
+        assert v["speedup_vs_ours"] == pytest.approx(ours["seconds_per_update"] / v["seconds_per_update"])
+        assert v["tokens_per_s"] > 0 and v["flops_per_update"] == figures["flops_per_update"]
+    assert "hf" not in figures
+    assert "ours + +optimizer.compiled=true / ours: " in capsys.readouterr().out
+    for bad in (["--versus", " "], ["--versus", "a=1", "--versus", "a=1"]):
+        with pytest.raises(SystemExit):
+            bench_train.parse_args(bad)
+
+
 def test_bench_train_refuses_to_compare_models_with_different_dropout(tmp_path, restored_logging, capsys):
     """Hugging Face T5 has one dropout rate: a model with another attention dropout would not do
     the same work, so the comparison stops with one line before any timing."""

@@ -165,25 +165,27 @@ def test_a_recipe_stopped_at_its_timeout_reads_as_unproven(tmp_path):
 
 
 
-def test_the_triton_trainer_run_reads_against_the_first_run_s_backend(tmp_path):
-    """bench_train_triton (bench_train --backend triton --no-hf) against bench_train's auto on the same
-    device and shape: the ratio and its reading; on another shape no verdict."""
-    shape = {"device": "NVIDIA H200", "batch": 64, "src_len": 512, "tgt_len": 114}
-    train = dict(shape, backend="auto", ours={"tokens_per_s": 300000.0, "mfu": 0.23})
-    triton = dict(shape, backend="triton", ours={"tokens_per_s": 345000.0, "mfu": 0.265, "peak_memory_gib": 15.5},
-                  profile={"gpu_kernel_kinds": {"shares": {"matrix products": 0.5, "attention": 0.3}}})
-    out = run(tmp_path, {"train": train, "train_triton": triton}).stdout
-    assert ("bench_train --backend triton: 345000 tokens/s, MFU 26.5%, peak 15.500 GiB; against auto: 1.15x "
-            "tokens/s (triton faster)") in out, out
-    assert "bench_train --backend triton, GPU time by kind of kernel: matrix products 50.0%, attention 30.0%" in out
-    out = run(tmp_path, {"train": train, "train_triton": dict(triton, ours={"tokens_per_s": 303000.0})}).stdout
-    assert "against auto: 1.01x tokens/s (a tie, within 2%)" in out, out
-    out = run(tmp_path, {"train": train, "train_triton": dict(triton, ours={"tokens_per_s": 240000.0})}).stdout
-    assert "against auto: 0.80x tokens/s (triton slower)" in out, out
-    out = run(tmp_path, {"train": train, "train_triton": dict(triton, src_len=1024)}).stdout
-    assert "against auto: 1.15x tokens/s (another device or shape: not comparable)" in out, out
-    out = run(tmp_path, {"train_triton": triton}).stdout  # the first run missing: the figures alone
-    assert "bench_train --backend triton: 345000 tokens/s, MFU 26.5%, peak 15.500 GiB\n" in out, out
+def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
+    """bench_train_variants (bench_train --versus, no HF): each variant's ratio over ours, measured in
+    the same interleaved blocks, read as faster (with what it decides), slower or a tie."""
+    variants = {"device": "NVIDIA H200", "batch": 64, "src_len": 512, "tgt_len": 114, "backend": "auto",
+                "ours": {"tokens_per_s": 300000.0, "mfu": 0.236},
+                "variants": [{"overrides": "++model.attention_backend=triton", "speedup_vs_ours": 1.15, "mfu": 0.27,
+                              "peak_memory_gib": 15.5, "oom_recoveries": 0},
+                             {"overrides": "+optimizer.compiled=true", "speedup_vs_ours": 1.01, "mfu": 0.238,
+                              "peak_memory_gib": 17.0, "oom_recoveries": 0},
+                             {"overrides": "model.foo=1", "speedup_vs_ours": 0.9, "mfu": 0.21, "oom_recoveries": 2}]}
+    out = run(tmp_path, {"train_variants": variants}).stdout
+    assert ("bench_train variants (side by side, interleaved blocks; NVIDIA H200, 64 x 512 / 114): ours (auto) "
+            "300000 tokens/s, MFU 23.6%") in out, out
+    assert ("  + ++model.attention_backend=triton: 1.15x ours' tokens/s, MFU 27.0%, peak 15.500 GiB, oom recoveries 0 "
+            "(faster: AUTO_TABLE's sm90 row may send compiled training to triton)") in out, out
+    assert "  + +optimizer.compiled=true: 1.01x ours' tokens/s" in out and "(a tie, within 2%)" in out
+    assert "  + model.foo=1: 0.90x ours' tokens/s, MFU 21.0%, peak n/a GiB, oom recoveries 2 (slower)" in out, out
+    variants["variants"][1]["speedup_vs_ours"] = 1.08
+    out = run(tmp_path, {"train_variants": variants}).stdout
+    assert "(faster: optimizer.compiled may become the default on CUDA)" in out, out
+
 
 def test_the_norm_ffn_line_reads_what_bench_model_writes():
     """gpu_check keeps bench_model's log lines, and the summary parses the ratio out of them: the
