@@ -677,13 +677,15 @@ def main(argv=None) -> int:
     ours["warmup_seconds"], ours["peak_memory_gib"] = _warm_up(ours_update, batches, args.warmup, device)
     flops = flops_per_update(trainer.model, batches[0])
     tokens = statistics.mean(batch_tokens(b) for b in batches)
-    if args.json and args.hf:  # ours alone first: Hugging Face's compile may not fit a time limit
+    partial = None
+    if args.json and (args.hf or args.versus):  # ours alone first: the other compiles may not fit a time limit
         alone, alone_blocks = interleaved_blocks({"ours": ours_update}, batches, args.updates, 1, device)
         early = dict(ours, seconds_per_update=alone["ours"], blocks=alone_blocks["ours"], **ours_info())
         if early["peak_memory_gib"] is None:
             del early["peak_memory_gib"]
         partial = report(args, device, shape, early, None, flops, tokens)
-        partial["partial"] = "ours alone (one block after its warm-up), before Hugging Face's run"
+        partial["partial"] = "ours alone (one block after its warm-up), before " + " and ".join(
+            (["the variants' runs"] if args.versus else []) + (["Hugging Face's run"] if args.hf else []))
         write_json(args.json, partial)
     updates = {"ours": ours_update}
     variants = []
@@ -697,6 +699,15 @@ def main(argv=None) -> int:
         v["info"] = v_info
         variants.append(v)
         updates[f"ours + {overrides}"] = v_update
+        if partial is not None:  # one block beside ours now, kept if a time limit cuts the run after it
+            quick, _ = interleaved_blocks({"ours": ours_update, "variant": v_update}, batches, args.updates, 1,
+                                          device)
+            partial.setdefault("variants", []).append(dict(
+                overrides=overrides, seconds_per_update=quick["variant"], tokens_per_s=tokens / quick["variant"],
+                mfu=v["flops_per_update"] / quick["variant"] / (partial["peak_tflops"] * 1e12),
+                speedup_vs_ours=quick["ours"] / quick["variant"], warmup_seconds=v["warmup_seconds"],
+                partial="one block beside ours right after its warm-up"))
+            write_json(args.json, partial)
     hf = None
     if args.hf:
         resident = torch.cuda.memory_allocated() if device.type == "cuda" else 0

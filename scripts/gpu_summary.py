@@ -292,7 +292,7 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict], variants: Optiona
                 verdict = f"a tie, within {NOISE:.0%}"
             lines.append(f"  + {overrides}: {ratio:.2f}x ours' tokens/s, MFU {100 * v.get('mfu', 0):.1f}%, "
                          f"peak {_ms(v.get('peak_memory_gib'))} GiB, oom recoveries {v.get('oom_recoveries')} "
-                         f"({verdict})")
+                         f"({verdict})" + (f" [{v['partial']}: the run was cut]" if v.get("partial") else ""))
     return lines
 
 

@@ -631,16 +631,45 @@ def test_bench_train_times_variants_beside_ours_in_the_same_blocks(tmp_path, res
     assert torch_attention["attention_backend"] == "torch" and not torch_attention["optimizer_compiled"]
     assert compiled["overrides"] == "+optimizer.compiled=true"
     assert compiled["optimizer_compiled"] and compiled["attention_backend"] == "auto"
+    # ours: warm-up, its block alone, one block beside each variant after that one's warm-up, two blocks
+    # with all; each variant: warm-up, its block beside ours, two blocks
+    assert ours["num_updates"] == 6
     for v in (torch_attention, compiled):
-        assert v["num_updates"] == ours["num_updates"] == 3  # warm-up, then one update in each of two blocks
+        assert v["num_updates"] == 4
         assert len(v["blocks"]) == 2 and math.isfinite(v["loss_last"])
         assert v["speedup_vs_ours"] == pytest.approx(ours["seconds_per_update"] / v["seconds_per_update"])
         assert v["tokens_per_s"] > 0 and v["flops_per_update"] == figures["flops_per_update"]
-    assert "hf" not in figures
+    assert "hf" not in figures and "partial" not in figures
     assert "ours + +optimizer.compiled=true / ours: " in capsys.readouterr().out
     for bad in (["--versus", " "], ["--versus", "a=1", "--versus", "a=1"]):
         with pytest.raises(SystemExit):
             bench_train.parse_args(bad)
+
+
+def test_bench_train_keeps_each_variant_s_first_block_if_a_time_limit_cuts_the_run(tmp_path, restored_logging,
+                                                                                 monkeypatch):
+    """With --versus the JSON is written with ours alone after its warm-up, then again after each
+    variant's warm-up with one block of it beside ours: a run cut during the next compile keeps those."""
+    out = tmp_path / "train.json"
+    calls = []
+    real = bench_train.setup_ours
+
+    def setup(args, device, data_dir, extra=()):
+        calls.append(list(extra))
+        if len(calls) == 3:  # the second variant's build: the time limit strikes
+            raise KeyboardInterrupt
+        return real(args, device, data_dir, extra)
+
+    monkeypatch.setattr(bench_train, "setup_ours", setup)
+    with pytest.raises(KeyboardInterrupt):
+        bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1", "--no-hf",
+                          "--versus", "++model.attention_backend=torch", "--versus", "+optimizer.compiled=true",
+                          "--json", str(out)])
+    figures = json.loads(out.read_text())
+    assert figures["partial"].startswith("ours alone") and figures["ours"]["tokens_per_s"] > 0
+    (v,) = figures["variants"]
+    assert v["overrides"] == "++model.attention_backend=torch" and v["speedup_vs_ours"] > 0
+    assert v["partial"] == "one block beside ours right after its warm-up"
 
 
 def test_bench_train_refuses_to_compare_models_with_different_dropout(tmp_path, restored_logging, capsys):
