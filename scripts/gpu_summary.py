@@ -228,6 +228,8 @@ def _variant_decision(overrides: str) -> str:
         return "AUTO_TABLE's sm90 row may send compiled training to triton"
     if "optimizer.compiled=true" in overrides:
         return "optimizer.compiled may become the default on CUDA"
+    if "compile_scope=layers" in overrides:
+        return "the recipes may compile per layer (a third of the compile time)"
     return "a candidate default"
 
 
@@ -290,6 +292,8 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict], variants: Optiona
                 verdict = "slower"
             else:
                 verdict = f"a tie, within {NOISE:.0%}"
+                if "compile_scope=layers" in overrides:
+                    verdict += ": " + _variant_decision(overrides)
             lines.append(f"  + {overrides}: {ratio:.2f}x ours' tokens/s, MFU {100 * v.get('mfu', 0):.1f}%, "
                          f"peak {_ms(v.get('peak_memory_gib'))} GiB, oom recoveries {v.get('oom_recoveries')} "
                          f"({verdict})" + (f" [{v['partial']}: the run was cut]" if v.get("partial") else ""))

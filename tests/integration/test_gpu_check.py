@@ -66,10 +66,10 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
                                                       "bench_model"]
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
     assert ("bench_train.py --device cuda --no-hf --versus ++model.attention_backend=triton --versus "
-            "+optimizer.compiled=true --json " in commands["bench_train_variants"]
+            "+optimizer.compiled=true --versus ++model.compile_scope=layers --json " in commands["bench_train_variants"]
             and "/train_variants.json" in commands["bench_train_variants"])
     # at the budget the next lent session runs it with, charging every step its whole cap (the worst case):
-    # build and the variants leave 160 s, too few for the recipe or bench_train, enough for bench_model
+    # build and the variants leave 100 s, too few for the recipe or bench_train, enough for bench_model
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=520)
     assert steps == [("build", "planned"), ("bench_train_variants", "planned"), ("recipe", "skipped"),
                      ("bench_train", "skipped"), ("bench_model", "planned")]
@@ -101,7 +101,7 @@ def test_resume_leaves_out_what_an_earlier_call_finished_but_reruns_a_step_the_b
         "bench_train 124 240 240 240\n"  # timed out at its own cap: a rerun would too
         "other_tests 1 200 360 360\n"  # failed: the failure stands, not rerun
     )
-    rc, steps, out, figures = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_RESUME=1, GPU_CHECK_BUDGET_S=1600)
+    rc, steps, out, figures = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_RESUME=1, GPU_CHECK_BUDGET_S=1700)
     assert steps == [("build", "earlier"), ("bench_train_variants", "planned"), ("recipe", "planned"),
                      ("bench_train", "earlier"),
                      ("bias_grad", "planned"), ("optimizer", "planned"),

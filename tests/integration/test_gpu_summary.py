@@ -174,7 +174,9 @@ def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
                               "peak_memory_gib": 15.5, "oom_recoveries": 0},
                              {"overrides": "+optimizer.compiled=true", "speedup_vs_ours": 1.01, "mfu": 0.238,
                               "peak_memory_gib": 17.0, "oom_recoveries": 0},
-                             {"overrides": "model.foo=1", "speedup_vs_ours": 0.9, "mfu": 0.21, "oom_recoveries": 2}]}
+                             {"overrides": "model.foo=1", "speedup_vs_ours": 0.9, "mfu": 0.21, "oom_recoveries": 2},
+                             {"overrides": "++model.compile_scope=layers", "speedup_vs_ours": 0.99, "mfu": 0.234,
+                              "oom_recoveries": 0, "partial": "one block beside ours right after its warm-up"}]}
     out = run(tmp_path, {"train_variants": variants}).stdout
     assert ("bench_train variants (side by side, interleaved blocks; NVIDIA H200, 64 x 512 / 114): ours (auto) "
             "300000 tokens/s, MFU 23.6%") in out, out
@@ -182,6 +184,10 @@ def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
             "(faster: AUTO_TABLE's sm90 row may send compiled training to triton)") in out, out
     assert "  + +optimizer.compiled=true: 1.01x ours' tokens/s" in out and "(a tie, within 2%)" in out
     assert "  + model.foo=1: 0.90x ours' tokens/s, MFU 21.0%, peak n/a GiB, oom recoveries 2 (slower)" in out, out
+    # compiling per layer costs a third of the compile: a tie decides it too; a cut run's block is marked
+    assert ("  + ++model.compile_scope=layers: 0.99x ours' tokens/s, MFU 23.4%, peak n/a GiB, oom recoveries 0 "
+            "(a tie, within 2%: the recipes may compile per layer (a third of the compile time)) [one block beside "
+            "ours right after its warm-up: the run was cut]") in out, out
     variants["variants"][1]["speedup_vs_ours"] = 1.08
     out = run(tmp_path, {"train_variants": variants}).stdout
     assert "(faster: optimizer.compiled may become the default on CUDA)" in out, out
