@@ -182,7 +182,7 @@ def test_a_resumed_call_s_figures_hold_the_steps_an_earlier_call_finished(tmp_pa
 def test_a_call_fills_the_compile_cache_from_the_carried_archive_once_and_packs_it_for_the_next(tmp_path):
     """The carried archive is unpacked into TORCHINDUCTOR_CACHE_DIR (Triton's cache inside it) once per
     machine, and the folder, with what the call's steps added, is packed into OUTDIR for the next
-    session; GPU_CHECK_PACK=0 leaves that out."""
+    session (GPU_CHECK_PACK=0 leaves that out)."""
     import tarfile
 
     from ..conftest import load_script
@@ -193,19 +193,19 @@ def test_a_call_fills_the_compile_cache_from_the_carried_archive_once_and_packs_
     (first / "fxgraph" / "ab").mkdir(parents=True)
     (first / "fxgraph" / "ab" / "entry").write_bytes(b"graph")
     cc.pack(str(first), str(tmp_path / "carried.tar.xz"), 2**20)
-    proc, _ = call(tmp_path / "one", GPU_CHECK_STEPS="host_overhead")
+    proc, _ = call(tmp_path / "one", GPU_CHECK_STEPS="host_overhead", GPU_CHECK_PACK=0)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert (tmp_path / "cache" / "fxgraph" / "ab" / "entry").read_bytes() == b"graph"
     log = (tmp_path / "one" / "build.log").read_text()
-    assert "compile_cache: unpacked 1 files" in log and "compile_cache: packed inductor" in log
+    assert "compile_cache: unpacked 1 files" in log and "compile_cache: packed" not in log
+    assert not (tmp_path / "one" / "compile_cache.tar.xz").exists()
     (tmp_path / "cache" / "triton" / "K").mkdir(parents=True)  # a kernel of ours that a step compiled
     (tmp_path / "cache" / "triton" / "K" / "__grp___attn_fwd.json").write_text("{}")
     proc, _ = call(tmp_path / "two", GPU_CHECK_STEPS="host_overhead", GPU_CHECK_RESUME=1)
     log = (tmp_path / "two" / "build.log").read_text()
     assert "unpacked" not in log  # the same machine: the folder is already filled
+    assert "compile_cache: packed inductor + triton: 2 files" in log
     with tarfile.open(tmp_path / "two" / "compile_cache.tar.xz", "r:xz") as tar:
         names = tar.getnames()
     assert names[0] == cc.MANIFEST and sorted(names[1:]) == ["fxgraph/ab/entry", "triton/K/__grp___attn_fwd.json"]
     assert len(os.listdir(tmp_path / "two")) <= 8  # what a device call brings back
-    proc, _ = call(tmp_path / "three", GPU_CHECK_STEPS="host_overhead", GPU_CHECK_PACK=0)
-    assert not (tmp_path / "three" / "compile_cache.tar.xz").exists()
