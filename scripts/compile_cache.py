@@ -124,9 +124,11 @@ def pack(cache_dir: str, archive: str, max_bytes: int) -> Optional[dict]:
         return None
     inductor, triton = _groups(cache_dir)
     start = time.perf_counter()
+    tried = []
     for label, paths in (("inductor + triton", inductor + triton), ("inductor", inductor), ("triton", triton)):
-        if not paths:
+        if not paths or paths in tried:  # nothing, or what an attempt before held already
             continue
+        tried.append(paths)
         manifest = dict(versions(), commit=_commit(), created=time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()),
                         contents=label, files=len(paths),
                         bytes=sum(os.path.getsize(os.path.join(cache_dir, p)) for p in paths))
