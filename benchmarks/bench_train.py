@@ -26,7 +26,8 @@ the comparison and again with the profile, so that a run stopped by a time limit
 measured. ``--versus OVERRIDES`` (repeatable) builds one more trainer of ours per variant (the Hydra
 overrides after ours', e.g. another attention backend or ``+optimizer.compiled=true``), warms it up,
 and times it in the same interleaved blocks: each variant's tokens/s over ours', side by side in one
-run (``"variants"`` in the JSON).
+run (``"variants"`` in the JSON). A variant that raises while it is built or warmed up (a compile
+error, out of memory) is logged and listed with its error in ``"failed_variants"``; the others run.
 
 FLOPs per update: `ast_t5.models.flops.training_flops` (what the training log's ``tflops`` and
 ``mfu`` count), from the padded batch shapes (what the hardware computes): ``6 x ((encoder
@@ -50,6 +51,7 @@ share of the update's span.
 import argparse
 import contextlib
 import copy
+import gc
 import json
 import logging
 import os
@@ -688,14 +690,23 @@ def main(argv=None) -> int:
             (["the variants' runs"] if args.versus else []) + (["Hugging Face's run"] if args.hf else []))
         write_json(args.json, partial)
     updates = {"ours": ours_update}
-    variants = []
+    variants, failed = [], []
     for overrides in args.versus:  # each a trainer of its own, warmed up (compiled) before any timing
         resident = torch.cuda.memory_allocated() if device.type == "cuda" else 0
-        with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
-            v_trainer, _, v_update, v_info = setup_ours(args, device, write_task_dir(tmp, args.vocab),
-                                                        overrides.split())
-        v = {"overrides": overrides, "flops_per_update": flops_per_update(v_trainer.model, batches[0])}
-        v["warmup_seconds"], v["peak_memory_gib"] = _warm_up(v_update, batches, args.warmup, device, resident)
+        v_trainer = v_update = v_info = None
+        try:
+            with tempfile.TemporaryDirectory(prefix="bench_train_") as tmp:
+                v_trainer, _, v_update, v_info = setup_ours(args, device, write_task_dir(tmp, args.vocab),
+                                                            overrides.split())
+            v = {"overrides": overrides, "flops_per_update": flops_per_update(v_trainer.model, batches[0])}
+            v["warmup_seconds"], v["peak_memory_gib"] = _warm_up(v_update, batches, args.warmup, device, resident)
+        except Exception as e:  # one variant that cannot build, compile or fit leaves the others' figures
+            v_trainer = v_update = v_info = None
+            failed.append(_variant_failure(overrides, e, device))
+            if partial is not None:
+                partial["failed_variants"] = failed
+                write_json(args.json, partial)
+            continue
         v["info"] = v_info
         variants.append(v)
         updates[f"ours + {overrides}"] = v_update
@@ -726,6 +737,8 @@ def main(argv=None) -> int:
         if r is not None and r["peak_memory_gib"] is None:
             del r["peak_memory_gib"]
     out = report(args, device, shape, ours, hf, flops, tokens, variants)
+    if failed:
+        out["failed_variants"] = failed
     if args.json:  # now, and again with the profile: a time limit during the profile keeps the comparison
         write_json(args.json, out)
     if args.profile:
@@ -733,6 +746,20 @@ def main(argv=None) -> int:
         if args.json:
             write_json(args.json, out)
     return 0
+
+
+def _variant_failure(overrides: str, error: BaseException, device) -> dict:
+    """Log a ``--versus`` variant that raised while it was built or warmed up, free what it held, and
+    return its record for the JSON (``"failed_variants"``): its overrides and the error's first line."""
+    first = (str(error).strip().splitlines() or [""])[0][:500]
+    reason = f"{type(error).__name__}: {first}" if first else type(error).__name__
+    logger.error("ours + %s: failed before its timing (%s); the other variants still run", overrides, reason)
+    logger.debug("ours + %s: traceback", overrides, exc_info=error)
+    error.__traceback__ = None  # the frames hold the variant's trainer and its CUDA memory
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return {"overrides": overrides, "failed": reason}
 
 
 def write_json(path: str, payload: dict) -> None:

@@ -297,6 +297,9 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict], variants: Optiona
             lines.append(f"  + {overrides}: {ratio:.2f}x ours' tokens/s, MFU {100 * v.get('mfu', 0):.1f}%, "
                          f"peak {_ms(v.get('peak_memory_gib'))} GiB, oom recoveries {v.get('oom_recoveries')} "
                          f"({verdict})" + (f" [{v['partial']}: the run was cut]" if v.get("partial") else ""))
+        for v in variants.get("failed_variants") or []:  # raised while built or warmed up: no figure, no decision
+            lines.append(f"  + {v.get('overrides', '?')}: failed before its timing ({v.get('failed', '?')}): "
+                         "nothing decided")
     return lines
 
 

@@ -672,6 +672,48 @@ def test_bench_train_keeps_each_variant_s_first_block_if_a_time_limit_cuts_the_r
     assert v["partial"] == "one block beside ours right after its warm-up"
 
 
+def test_a_variant_that_fails_is_listed_with_its_error_and_the_others_still_run(tmp_path, restored_logging, capsys):
+    """--versus: a variant that raises while it is built (here a backend that does not exist) is logged
+    and listed in "failed_variants" with its error, and the next variant is still timed beside ours."""
+    out = tmp_path / "train.json"
+    assert bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1", "--no-hf",
+                             "--versus", "++model.attention_backend=nonexistent",
+                             "--versus", "+optimizer.compiled=true", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    (failed,) = figures["failed_variants"]
+    assert failed["overrides"] == "++model.attention_backend=nonexistent"
+    assert "nonexistent" in failed["failed"] and "\n" not in failed["failed"], failed
+    (ran,) = figures["variants"]
+    assert ran["overrides"] == "+optimizer.compiled=true" and ran["speedup_vs_ours"] > 0
+    assert "partial" not in figures and figures["ours"]["tokens_per_s"] > 0
+    log = capsys.readouterr().out
+    assert "ours + ++model.attention_backend=nonexistent: failed before its timing (" in log, log
+    assert "ours + +optimizer.compiled=true / ours: " in log
+
+
+def test_a_variant_whose_warm_up_raises_is_listed_and_the_comparison_still_ends(tmp_path, restored_logging,
+                                                                                monkeypatch):
+    """A variant that builds but fails in its warm-up (the compile, or out of memory, on a GPU) is listed
+    with the error's first line; ours is still timed to the end and written."""
+    out = tmp_path / "train.json"
+    real, calls = bench_train._warm_up, []
+
+    def warm_up(*args, **kwargs):
+        calls.append(args)
+        if len(calls) == 2:  # the variant's
+            raise RuntimeError("InductorError: ValueError: The argument '((-1)) + 384' is not comparable\n(traceback)")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(bench_train, "_warm_up", warm_up)
+    assert bench_train.main(["--device", "cpu", "--updates", "1", "--repeats", "1", "--warmup", "1", "--no-hf",
+                             "--versus", "++model.compile_scope=layers", "--json", str(out)]) == 0
+    figures = json.loads(out.read_text())
+    assert figures["failed_variants"] == [{"overrides": "++model.compile_scope=layers", "failed":
+                                           "RuntimeError: InductorError: ValueError: The argument '((-1)) + 384' "
+                                           "is not comparable"}]
+    assert "variants" not in figures and figures["ours"]["num_updates"] == 3 and "partial" not in figures
+
+
 def test_bench_train_refuses_to_compare_models_with_different_dropout(tmp_path, restored_logging, capsys):
     """Hugging Face T5 has one dropout rate: a model with another attention dropout would not do
     the same work, so the comparison stops with one line before any timing."""

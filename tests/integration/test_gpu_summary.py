@@ -176,8 +176,10 @@ def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
                               "peak_memory_gib": 17.0, "oom_recoveries": 0},
                              {"overrides": "model.foo=1", "speedup_vs_ours": 0.9, "mfu": 0.21, "oom_recoveries": 2},
                              {"overrides": "++model.compile_scope=layers", "speedup_vs_ours": 0.99, "mfu": 0.234,
-                              "oom_recoveries": 0, "partial": "one block beside ours right after its warm-up"}]}
+                              "oom_recoveries": 0, "partial": "one block beside ours right after its warm-up"}],
+                "failed_variants": [{"overrides": "++model.attention_backend=flex", "failed": "OutOfMemoryError: x"}]}
     out = run(tmp_path, {"train_variants": variants}).stdout
+    assert "  + ++model.attention_backend=flex: failed before its timing (OutOfMemoryError: x): nothing decided" in out
     assert ("bench_train variants (side by side, interleaved blocks; NVIDIA H200, 64 x 512 / 114): ours (auto) "
             "300000 tokens/s, MFU 23.6%") in out, out
     assert ("  + ++model.attention_backend=triton: 1.15x ours' tokens/s, MFU 27.0%, peak 15.500 GiB, oom recoveries 0 "
