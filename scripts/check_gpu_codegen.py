@@ -19,12 +19,17 @@ checkout installed by ``PYTHON=<its python> bash scripts/install.sh``) before sp
     python scripts/check_gpu_codegen.py                # both tiny families, sdpa (auto on sm90), whole forward
     python scripts/check_gpu_codegen.py --backends sdpa torch --scopes model layers --checkpoint
     python scripts/check_gpu_codegen.py --archs t5_v11_base --shapes 2x512/114
+    python scripts/check_gpu_codegen.py --backends triton --optimizer   # gpu_check's bench_train variants
 
 Each configuration compiles the model as ``model.compile=true`` does in the trainer (padded length
 buckets, dynamic shapes, the chosen ``compile_scope``) and runs a forward and backward per shape in
-bf16; about 35 s per configuration for the tiny models on one CPU core. One line per configuration;
-exit status 0 when every one compiled, 1 when one failed (its error's last line printed), 2 on a
-usage error or where this torch cannot generate GPU code on the CPU.
+bf16; about 35 s per configuration for the tiny models on one CPU core. ``--backends triton`` puts
+the triton backend's own kernels in the graphs as user-defined Triton kernels at sm90's tiles
+(`triton_kernels_as_on_sm90`; on a CPU the backend would otherwise fall back to SDPA, and the check
+fails if it did); run it without TRITON_INTERPRET. ``--optimizer`` adds an ``adamw_scale`` step with
+``optimizer.compiled=true`` after each training step (fp32 masters, a gradient factor folded in).
+One line per configuration; exit status 0 when every one compiled, 1 when one failed (its error's
+last line printed), 2 on a usage error or where this torch cannot generate GPU code on the CPU.
 """
 import argparse
 import contextlib
@@ -85,6 +90,104 @@ def gpu_codegen_on_cpu() -> Iterator[List[str]]:
         torch._dynamo.reset()
 
 
+class _LaunchWhenTraced:
+    """One of the triton backend's kernels under `triton_kernels_as_on_sm90`: inside a graph that dynamo
+    traces it is the kernel itself (a user-defined Triton kernel of the graph, generated for the GPU
+    by inductor); called eagerly (the model's first forward, which runs uncompiled) it launches nothing."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+
+    def __getitem__(self, grid):
+        if torch.compiler.is_compiling():
+            return self.kernel[grid]
+        return lambda *args, **kwargs: None
+
+
+class _Sm90Driver:
+    """Triton's active driver as dynamo and inductor ask it while they trace a user-defined kernel
+    (its target, for the kernel's TTIR and mutation analysis; device and stream indices); nothing else."""
+
+    def __init__(self):
+        from triton.backends.compiler import GPUTarget
+
+        self.target = GPUTarget("cuda", 90, 128)
+
+    def get_current_target(self):
+        return self.target
+
+    def get_current_device(self):
+        return 0
+
+    def get_current_stream(self, device=None):
+        return 0
+
+
+TRITON_BACKEND_KERNELS = ("_fwd_kernel", "_bwd_dkdv_kernel", "_bwd_dq_kernel", "_dropout_bits_kernel")
+
+
+@contextlib.contextmanager
+def triton_kernels_as_on_sm90() -> Iterator[None]:
+    """Inside: the ``triton`` attention backend takes CPU tensors as an H100's (sm90's tiles and length
+    rules) and its kernels go into compiled graphs as user-defined Triton kernels, which inductor
+    analyzes (which arguments each writes) and generates the launches of for a GPU; called eagerly they
+    launch nothing. Without it the backend falls back to SDPA on a CPU, and the check would compile
+    SDPA under the triton backend's name. Needs the kernels compiled by Triton's JIT, not its
+    interpreter (dynamo traces an interpreted kernel as Python)."""
+    from ast_t5.modules import triton_rpe_attention as tra
+
+    if tra.triton is None:
+        raise CodegenUnavailable(f"the triton backend's kernels need triton ({tra.TRITON_IMPORT_ERROR})")
+    if tra.INTERPRETED:
+        raise CodegenUnavailable("the triton backend's kernels were imported under TRITON_INTERPRET=1: dynamo "
+                                 "would trace them as Python; run this check without it")
+    import torch.utils._triton as torch_triton
+    import triton.runtime
+
+    config = triton.runtime.driver
+    real_blocks = tra.default_blocks
+    saved = {name: getattr(tra, name) for name in TRITON_BACKEND_KERNELS + ("_device_unsupported", "_capability",
+                                                                            "default_blocks")}
+    saved_has_triton, saved_driver = torch_triton.has_triton, config._active
+    try:
+        for name in TRITON_BACKEND_KERNELS:
+            setattr(tra, name, _LaunchWhenTraced(saved[name]))
+        tra._device_unsupported = lambda q: None
+        tra._capability = lambda device: 90
+        tra.default_blocks = lambda head_dim, device, capability=None, dropout=False, dtype=None: real_blocks(
+            head_dim, torch.device("cuda"), 90, dropout, dtype)
+        # dynamo takes a JITFunction for a Triton kernel only where it finds a device Triton compiles for
+        torch_triton.has_triton = lambda: True
+        config.set_active(_Sm90Driver())
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(tra, name, value)
+        torch_triton.has_triton = saved_has_triton
+        config._active = saved_driver
+
+
+def _compiled_optimizer_step(model):
+    """A callable making one `AdamWScale` (compiled=True) step on fp32 masters of ``model``'s weights
+    from its bf16 gradients, with a gradient factor and a new learning rate each time, as the bf16
+    recipe's optimizer step does (`ast_t5.optim.mixed_precision`); ``.steps`` counts the calls."""
+    from ast_t5.optim.adamw_scale import AdamWScale
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    masters = [torch.nn.Parameter(p.detach().float()) for p in params]
+    opt = AdamWScale(masters, lr=1e-3, weight_decay=0.01, compiled=True)
+
+    def step():
+        for master, p in zip(masters, params):
+            master.grad = None if p.grad is None else p.grad.float()
+        step.steps += 1
+        opt.param_groups[0]["lr"] = 1e-3 / step.steps
+        opt.step(grad_factor=torch.tensor(0.5))
+
+    step.steps = 0
+    return step
+
+
 def parse_shape(text: str) -> Tuple[int, int, int]:
     """"BxS/T" (batch, source length, target length) -> (B, S, T)."""
     match = re.fullmatch(r"(\d+)x(\d+)/(\d+)", text)
@@ -94,9 +197,12 @@ def parse_shape(text: str) -> Tuple[int, int, int]:
     return tuple(map(int, match.groups()))
 
 
-def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: int = 0) -> Tuple[int, float]:
-    """Compile and run ``arch``'s training step at each shape under `gpu_codegen_on_cpu`. Returns
-    (the kernels generated, seconds); raises what the compilation raised."""
+def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: int = 0,
+          optimizer: bool = False) -> Tuple[int, float]:
+    """Compile and run ``arch``'s training step at each shape under `gpu_codegen_on_cpu`, and with
+    ``optimizer`` an `AdamWScale` step with ``compiled=True`` after each (fp32 masters of the bf16
+    weights, a gradient factor folded in: the bf16 recipe's update). Returns (the kernels generated,
+    seconds); raises what the compilation raised."""
     from fairseq.data import Dictionary
 
     from ast_t5.models.ast_t5_model import AstT5Model
@@ -104,11 +210,19 @@ def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: i
     dictionary = Dictionary()
     for i in range(60):
         dictionary.add_symbol(f"tok{i}")
+    with contextlib.ExitStack() as stack:
+        if backend == "triton":
+            stack.enter_context(triton_kernels_as_on_sm90())
+        return _compile_and_run(AstT5Model, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer)
+
+
+def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer):
     torch.manual_seed(seed)
-    model = AstT5Model.from_dictionary(dictionary, arch=arch, dropout=0.0, attention_dropout=0.0,
-                                       attention_backend=backend, compile=True, compile_scope=scope,
-                                       checkpoint_activations=checkpoint).to(torch.bfloat16)
+    model = model_class.from_dictionary(dictionary, arch=arch, dropout=0.0, attention_dropout=0.0,
+                                        attention_backend=backend, compile=True, compile_scope=scope,
+                                        checkpoint_activations=checkpoint).to(torch.bfloat16)
     model.train()
+    step = _compiled_optimizer_step(model) if optimizer else None
     generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     with gpu_codegen_on_cpu() as kernels:
@@ -121,8 +235,19 @@ def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: i
             prev = torch.randint(4, len(dictionary), (batch, tgt_len), generator=generator)
             out, _ = model(src, lengths, prev)
             out.float().sum().backward()
+            if step is not None:
+                before = len(kernels)
+                step()
+                if step.steps == 1 and len(kernels) == before:
+                    raise RuntimeError("the compiled optimizer step generated no Triton kernel: it did not compile")
+                model.zero_grad(set_to_none=True)
         if not kernels:
             raise RuntimeError("inductor generated no Triton kernel: the check did not run")
+        if backend == "triton":  # the attention itself must be in the graphs, not a fallback
+            missing = [name for name in TRITON_BACKEND_KERNELS[:3] if name not in kernels]
+            if missing:
+                raise RuntimeError(f"the triton backend's kernels {missing} are not in the compiled graphs: "
+                                   "its calls fell back or broke the graph")
         return len(kernels), time.perf_counter() - start
 
 
@@ -137,6 +262,8 @@ def main(argv=None) -> int:
                    help="model.attention_backend (default sdpa: what auto runs on sm90)")
     p.add_argument("--scopes", nargs="+", default=["model"], choices=["model", "layers"], help="model.compile_scope")
     p.add_argument("--checkpoint", action="store_true", help="with model.checkpoint_activations")
+    p.add_argument("--optimizer", action="store_true",
+                   help="also an adamw_scale step with optimizer.compiled=true after each training step")
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
                    metavar="BxS/T", help=f"batches in order (default {' '.join(DEFAULT_SHAPES)})")
     args = p.parse_args(argv)
@@ -146,9 +273,11 @@ def main(argv=None) -> int:
     for arch in args.archs:
         for backend in args.backends:
             for scope in args.scopes:
-                name = f"{arch} {backend} scope={scope}{' checkpointed' if args.checkpoint else ''}"
+                name = (f"{arch} {backend} scope={scope}{' checkpointed' if args.checkpoint else ''}"
+                        f"{' + compiled optimizer' if args.optimizer else ''}")
                 try:
-                    kernels, seconds = check(arch, backend, scope, args.checkpoint, args.shapes)
+                    kernels, seconds = check(arch, backend, scope, args.checkpoint, args.shapes,
+                                             optimizer=args.optimizer)
                 except CodegenUnavailable as e:
                     print(f"check_gpu_codegen: {e}", file=sys.stderr)
                     return 2

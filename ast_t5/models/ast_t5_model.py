@@ -199,8 +199,8 @@ class AstT5Model(FairseqEncoderDecoderModel):
             from ast_t5.modules import triton_rpe_attention as tra
 
             reason = None if tra.triton is not None else tra.TRITON_IMPORT_ERROR
-            if reason is None and not torch.cuda.is_available() and not tra.INTERPRETED:
-                reason = "no CUDA device, and the kernels were not imported under TRITON_INTERPRET=1"
+            if reason is None and not torch.cuda.is_available():  # CPU tensors: the interpreter, if it runs
+                reason = tra._device_unsupported(torch.empty(0))
             if reason is not None:
                 logger.warning("attention_backend=triton cannot run in this process (%s); biased "
                                "attention will run on sdpa (logged once per kind of call).", reason)

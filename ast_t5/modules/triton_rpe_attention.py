@@ -235,10 +235,9 @@ LOG2E = math.log2(math.e)
 PHILOX_ROUNDS = 7
 
 
-def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
-                       per_distance: Optional[torch.Tensor]) -> Optional[str]:
-    """Why `triton_rpe_attention` cannot take these inputs here, or None (``per_distance`` None: a
-    bias-free call)."""
+def _device_unsupported(q: torch.Tensor) -> Optional[str]:
+    """Why the kernels cannot run on ``q``'s device in this process, or None (`unsupported_reason`'s
+    first test; `scripts/check_gpu_codegen.py` replaces it to trace the kernels on CPU tensors)."""
     if triton is None:
         return f"triton is not importable ({TRITON_IMPORT_ERROR})"
     if q.is_cuda and INTERPRETED:
@@ -247,6 +246,16 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
         return "CPU tensors need Triton's interpreter (import with TRITON_INTERPRET=1)"
     if not q.is_cuda and interpreter_problem() is not None:
         return interpreter_problem()
+    return None
+
+
+def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                       per_distance: Optional[torch.Tensor]) -> Optional[str]:
+    """Why `triton_rpe_attention` cannot take these inputs here, or None (``per_distance`` None: a
+    bias-free call)."""
+    reason = _device_unsupported(q)
+    if reason is not None:
+        return reason
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32) or k.dtype != q.dtype or v.dtype != q.dtype:
         return f"dtype {q.dtype} (needs fp16, bf16 or fp32, the same for q, k, v)"
     if not 1 <= q.size(-1) <= 256 or v.size(-1) != q.size(-1):

@@ -12,21 +12,53 @@ SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "check_g
 
 def test_a_tiny_model_compiles_for_a_gpu_and_says_so():
     pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--shapes", "2x64/16", "3x80/20"],
-                          capture_output=True, text=True, timeout=600)
+    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--shapes", "2x64/16", "3x80/20",
+                           "--optimizer"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert "inductor's GPU code generation on the CPU, nothing run" in proc.stdout
     lines = [line for line in proc.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
-    assert len(lines) == 1 and lines[0].startswith("ok   t5_v11_tiny sdpa scope=model: "), proc.stdout
+    # --optimizer: the compiled adamw_scale step generated kernels too (else the configuration fails)
+    assert len(lines) == 1 and lines[0].startswith("ok   t5_v11_tiny sdpa scope=model + compiled optimizer: "), \
+        proc.stdout
     assert int(lines[0].split(": ")[1].split()[0]) > 0  # kernels generated
     assert proc.stdout.rstrip().endswith("check_gpu_codegen: every configuration compiled")
+
+
+def test_the_triton_backend_compiles_its_own_kernels_into_the_graphs_for_a_gpu():
+    """--backends triton: the backend's three kernels are user-defined Triton kernels of the compiled
+    graphs, which inductor generates the GPU launches of (sm90's tiles, the far loops at 384 tokens),
+    not SDPA, which the backend falls back to on a CPU. Run without TRITON_INTERPRET (as a user runs it)."""
+    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--backends", "triton",
+                           "--shapes", "2x384/20"], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "ok   t5_v11_tiny triton scope=model: " in proc.stdout, proc.stdout
+    assert "cannot run in this process" not in proc.stderr, proc.stderr[-2000:]
+
+
+def test_a_triton_backend_that_fell_back_fails_the_check():
+    """Without the kernels in the graphs (here: the backend left to refuse CPU tensors, so it runs SDPA)
+    the triton configuration fails with that reason instead of passing on SDPA's kernels."""
+    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
+    driver = ("import contextlib, importlib.util, sys\n"
+              f"spec = importlib.util.spec_from_file_location('check_gpu_codegen', {SCRIPT!r})\n"
+              "codegen = importlib.util.module_from_spec(spec); spec.loader.exec_module(codegen)\n"
+              "codegen.triton_kernels_as_on_sm90 = contextlib.nullcontext\n"
+              "sys.exit(codegen.main(['--archs', 't5_v11_tiny', '--backends', 'triton', '--shapes', '1x64/8']))\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    fail = "FAIL t5_v11_tiny triton scope=model: RuntimeError: the triton backend's kernels "
+    assert fail in proc.stdout, proc.stdout
+    assert "are not in the compiled graphs" in proc.stdout
 
 
 def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsys):
     codegen = load_script("check_gpu_codegen")
     calls = []
 
-    def check(arch, backend, scope, checkpoint, shapes, seed=0):
+    def check(arch, backend, scope, checkpoint, shapes, seed=0, optimizer=False):
         calls.append((arch, backend, scope, checkpoint, shapes))
         if backend == "torch":
             raise ValueError("first line\nThe argument '((-1)) + 384' is not comparable.")
