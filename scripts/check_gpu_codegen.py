@@ -35,10 +35,11 @@ import argparse
 import contextlib
 import importlib.util
 import logging
+import os
 import re
 import sys
 import time
-from typing import Iterator, List, Tuple
+from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
@@ -49,12 +50,137 @@ class CodegenUnavailable(RuntimeError):
     """This torch cannot generate GPU kernels on this machine (no triton, or the stubs do not fit)."""
 
 
+class GeneratedKernels(list):
+    """The names of the kernels inductor generated, in order; ``compiled``: for each user-defined
+    kernel compiled for a GPU (`gpu_codegen_on_cpu`'s ``compile_ours_for``), one dict per launch
+    configuration inductor gave it (num_warps, num_stages, shared memory bytes); ``copies``: the
+    copies the graphs made for user-defined kernels (`_CopiesForUserKernels`), once counted."""
+
+    def __init__(self):
+        super().__init__()
+        self.compiled: Dict[str, List[dict]] = {}
+        self.copies: Optional[int] = None
+
+    @property
+    def launches_compiled(self) -> int:
+        return sum(map(len, self.compiled.values()))
+
+
+_VIEW_OPS = ("view", "_unsafe_view", "as_strided", "permute", "transpose", "reshape", "select", "slice", "unsqueeze",
+             "expand", "alias")
+
+
+class _CopiesForUserKernels:
+    """Inside: count the copies that compiled graphs make for user-defined Triton kernels (ours), each
+    a pass over memory per launch: a clone whose result a kernel reads or writes (through views
+    at most; e.g. a gradient made contiguous for the backward kernels), and an output buffer that
+    inductor's reinplacing declined, so that it copies the buffer before the kernel writes it."""
+
+    def __enter__(self):
+        import torch._inductor.config as inductor_config
+        from torch._dynamo.utils import ReinplaceCounters
+        from torch._higher_order_ops.triton_kernel_wrap import triton_kernel_wrapper_functional
+
+        from torch._inductor.custom_graph_pass import CustomGraphPass
+
+        self.clones, self._functional = 0, triton_kernel_wrapper_functional
+        counter = self
+
+        class CountClones(CustomGraphPass):  # a CustomGraphPass: inductor keys its caches by uuid(), no pickling
+            def __call__(self, graph):
+                counter._count_clones(graph)
+
+            def uuid(self):
+                return "ast_t5-check_gpu_codegen-count-clones"
+
+        ReinplaceCounters.clear()
+        self._patch = inductor_config.patch(post_grad_custom_post_pass=CountClones())
+        self._patch.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        self._patch.__exit__(*exc)
+        return False
+
+    def _feeds_a_kernel(self, node) -> bool:
+        for user in node.users:
+            if user.target is self._functional:
+                return True
+            name = getattr(getattr(user.target, "overloadpacket", None), "__name__", "")
+            if name in _VIEW_OPS and self._feeds_a_kernel(user):
+                return True
+        return False
+
+    def _count_clones(self, graph) -> None:
+        for node in graph.nodes:
+            if (node.op == "call_function" and node.target is torch.ops.aten.clone.default
+                    and self._feeds_a_kernel(node)):
+                self.clones += 1
+
+    def count(self) -> int:
+        """Clones feeding our kernels, plus the output buffers of user-defined kernels that reinplacing
+        declined (inductor's counter of them, by trigger where this torch keeps one)."""
+        from torch._dynamo.utils import ReInplaceTrigger, ReinplaceCounters
+
+        values = getattr(ReinplaceCounters, "_values", None)
+        declined = (values.get(f"missed_tensors_{ReInplaceTrigger.TRITON_OPS.name}", 0) if values is not None
+                    else ReinplaceCounters.get_total_missed())
+        return self.clones + declined
+
+
+def compile_user_kernel(name: str, source: str, arch: int) -> List[dict]:
+    """Compile a user-defined Triton kernel as inductor generated it (``source``: its module, the
+    kernel under ``triton_heuristics.user_autotune`` with inductor's signature, specializations and
+    launch configurations) for the GPU of compute capability ``arch``, with Triton's own compiler
+    (TTIR to cubin, ptxas included), as inductor's `CachingAutotuner` does on a GPU before the first
+    launch. Returns one dict per configuration; raises what Triton raised."""
+    import tempfile
+
+    import triton
+    from torch._inductor.runtime import triton_heuristics
+    from triton.backends.compiler import GPUTarget
+
+    captured = {}
+
+    def user_autotune(*args, **kwargs):
+        def capture(fn):
+            captured.update(kwargs, fn=fn)
+            return fn
+        return capture
+
+    saved = triton_heuristics.user_autotune
+    triton_heuristics.user_autotune = user_autotune
+    try:  # Triton reads a kernel's source from its file: load the module from one
+        with tempfile.TemporaryDirectory(prefix="ast_t5_codegen_") as tmp:
+            path = os.path.join(tmp, f"{name}.py")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(source)
+            spec = importlib.util.spec_from_file_location(f"ast_t5_codegen_{name}", path)
+            module = importlib.util.module_from_spec(spec)
+            spec.loader.exec_module(module)
+            if "fn" not in captured:
+                raise RuntimeError(f"{name}: inductor's source has no user_autotune kernel")
+            meta, results = captured["triton_meta"], []
+            for config in captured.get("configs") or [{"num_warps": 4, "num_stages": 3}]:
+                src = triton.compiler.ASTSource(captured["fn"], meta["signature"], dict(meta["constants"]),
+                                                meta["configs"][0])
+                binary = triton.compile(src, target=GPUTarget("cuda", arch, 32), options={
+                    "num_warps": config["num_warps"], "num_stages": config["num_stages"], "debug": True})
+                results.append(dict(num_warps=config["num_warps"], num_stages=config["num_stages"],
+                                    shared=binary.metadata.shared))
+            return results
+    finally:
+        triton_heuristics.user_autotune = saved
+
+
 @contextlib.contextmanager
-def gpu_codegen_on_cpu() -> Iterator[List[str]]:
+def gpu_codegen_on_cpu(compile_ours_for: Optional[int] = None) -> Iterator[GeneratedKernels]:
     """Inside: inductor compiles graphs on CPU tensors as for a GPU (Triton kernels, the GPU's cat
     lowering), with Triton's compiler stubbed (module docstring). Yields the list of the generated
-    kernels' names, appended to as inductor generates them. Dynamo's caches are reset on leaving,
-    so no graph compiled this way is reused outside."""
+    kernels' names, appended to as inductor generates them (`GeneratedKernels`). With
+    ``compile_ours_for`` (a compute capability, e.g. 90) each user-defined kernel (ours, not
+    inductor's ``triton_*``) is also compiled for that GPU by Triton (`compile_user_kernel`).
+    Dynamo's caches are reset on leaving, so no graph compiled this way is reused outside."""
     if importlib.util.find_spec("triton") is None:
         raise CodegenUnavailable("triton is not installed: inductor cannot generate Triton kernels")
     import torch._inductor.async_compile as async_compile
@@ -65,7 +191,7 @@ def gpu_codegen_on_cpu() -> Iterator[List[str]]:
             and hasattr(inductor_config, "cpu_backend") and hasattr(inductor_config, "force_pointwise_cat")):
         raise CodegenUnavailable(f"torch {torch.__version__} lacks the hooks this check stubs "
                                  "(triton_hash_with_backend, AsyncCompile.triton, cpu_backend, force_pointwise_cat)")
-    kernels: List[str] = []
+    kernels = GeneratedKernels()
 
     class NotRun:
         """A generated kernel that is never compiled: calls to it do nothing."""
@@ -75,6 +201,9 @@ def gpu_codegen_on_cpu() -> Iterator[List[str]]:
 
     def compile_nothing(self, kernel_name, source_code, *args, **kwargs):
         kernels.append(kernel_name)
+        if compile_ours_for is not None and not kernel_name.startswith("triton_"):
+            kernels.compiled.setdefault(kernel_name, []).extend(
+                compile_user_kernel(kernel_name, source_code, compile_ours_for))
         return NotRun()
 
     saved = torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton
@@ -111,7 +240,7 @@ class _Sm90Driver:
     def __init__(self):
         from triton.backends.compiler import GPUTarget
 
-        self.target = GPUTarget("cuda", 90, 128)
+        self.target = GPUTarget("cuda", 90, 32)
 
     def get_current_target(self):
         return self.target
@@ -188,6 +317,22 @@ def _compiled_optimizer_step(model):
     return step
 
 
+_HINTS = ("Set TORCHDYNAMO_VERBOSE", "For even more developer context")
+
+
+def error_line(error: BaseException) -> str:
+    """One line for a failed configuration: the error's type and its message's last line; when it
+    wraps others (inductor wraps Triton's compilation error, which wraps the reason), the innermost's
+    too, which is where the reason is ("InductorError <- AssertionError: Loop-carried variable ...")."""
+    root, seen = error, {id(error)}
+    while (root.__cause__ or root.__context__) is not None and id(root.__cause__ or root.__context__) not in seen:
+        root = root.__cause__ or root.__context__
+        seen.add(id(root))
+    lines = [line for line in str(root).strip().splitlines() if line.strip() and not line.startswith(_HINTS)]
+    text = f"{type(root).__name__}: {(lines or [''])[-1].strip()[:300]}"
+    return text if root is error else f"{type(error).__name__} <- {text}"
+
+
 def parse_shape(text: str) -> Tuple[int, int, int]:
     """"BxS/T" (batch, source length, target length) -> (B, S, T)."""
     match = re.fullmatch(r"(\d+)x(\d+)/(\d+)", text)
@@ -198,11 +343,13 @@ def parse_shape(text: str) -> Tuple[int, int, int]:
 
 
 def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: int = 0,
-          optimizer: bool = False) -> Tuple[int, float]:
+          optimizer: bool = False) -> Tuple[int, float, "GeneratedKernels"]:
     """Compile and run ``arch``'s training step at each shape under `gpu_codegen_on_cpu`, and with
     ``optimizer`` an `AdamWScale` step with ``compiled=True`` after each (fp32 masters of the bf16
-    weights, a gradient factor folded in: the bf16 recipe's update). Returns (the kernels generated,
-    seconds); raises what the compilation raised."""
+    weights, a gradient factor folded in: the bf16 recipe's update). On the triton backend its own
+    kernels are also compiled for sm90 by Triton as inductor launches them (`compile_user_kernel`).
+    Returns (the number of kernels generated, seconds, the `GeneratedKernels`); raises what the
+    compilation raised."""
     from fairseq.data import Dictionary
 
     from ast_t5.models.ast_t5_model import AstT5Model
@@ -225,7 +372,8 @@ def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, 
     step = _compiled_optimizer_step(model) if optimizer else None
     generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
-    with gpu_codegen_on_cpu() as kernels:
+    copies = _CopiesForUserKernels()
+    with gpu_codegen_on_cpu(compile_ours_for=90 if backend == "triton" else None) as kernels, copies:
         for batch, src_len, tgt_len in shapes:
             src = torch.randint(4, len(dictionary), (batch, src_len), generator=generator)
             lengths = torch.full((batch,), src_len)
@@ -248,7 +396,8 @@ def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, 
             if missing:
                 raise RuntimeError(f"the triton backend's kernels {missing} are not in the compiled graphs: "
                                    "its calls fell back or broke the graph")
-        return len(kernels), time.perf_counter() - start
+        kernels.copies = copies.count()
+        return len(kernels), time.perf_counter() - start, kernels
 
 
 def main(argv=None) -> int:
@@ -276,19 +425,21 @@ def main(argv=None) -> int:
                 name = (f"{arch} {backend} scope={scope}{' checkpointed' if args.checkpoint else ''}"
                         f"{' + compiled optimizer' if args.optimizer else ''}")
                 try:
-                    kernels, seconds = check(arch, backend, scope, args.checkpoint, args.shapes,
-                                             optimizer=args.optimizer)
+                    count, seconds, kernels = check(arch, backend, scope, args.checkpoint, args.shapes,
+                                                    optimizer=args.optimizer)
                 except CodegenUnavailable as e:
                     print(f"check_gpu_codegen: {e}", file=sys.stderr)
                     return 2
                 except Exception as e:  # noqa: BLE001 - report every configuration's failure, go on
                     failed += 1
-                    last = (str(e).strip().splitlines() or [""])[-1][:300]
+                    last = error_line(e)
                     if "active drivers" in last or "compatible backends" in last:
                         last += " (this torch asks Triton for a GPU elsewhere: the stubs do not cover it)"
-                    print(f"FAIL {name}: {type(e).__name__}: {last}", flush=True)
+                    print(f"FAIL {name}: {last}", flush=True)
                     continue
-                print(f"ok   {name}: {kernels} kernels generated in {seconds:.1f} s", flush=True)
+                ours = (f" ({kernels.launches_compiled} launches of ours compiled for sm90 by Triton; copies "
+                        f"made for them: {kernels.copies})") if kernels.compiled else ""
+                print(f"ok   {name}: {count} kernels generated{ours} in {seconds:.1f} s", flush=True)
     print(f"check_gpu_codegen: {failed} of {len(args.archs) * len(args.backends) * len(args.scopes)} "
           f"configurations failed" if failed else "check_gpu_codegen: every configuration compiled")
     return 1 if failed else 0

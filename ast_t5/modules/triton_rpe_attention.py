@@ -1521,10 +1521,18 @@ def _call_bias_tiles(per_distance: torch.Tensor, blocks: tuple) -> tuple:
     return fwd, dq, _bias_tiles(per_distance, step_bwd, block_bwd, True)
 
 
-def _time_major(B: int, H: int, T: int, D: int, dtype, device) -> torch.Tensor:
-    """An empty (B, H, T, D) tensor in (B, T, H, D) memory: a tensor of its own, not a view (under
-    torch.compile a kernel that writes into a view has to be functionalized through its base)."""
-    return torch.empty_strided((B, H, T, D), (T * H * D, D, H * D, 1), dtype=dtype, device=device)
+def _time_major(B: int, H: int, T: int, D: int, dtype, device):
+    """An empty flat buffer for a (B, H, T, D) tensor in (B, T, H, D) memory, and that tensor's three
+    leading strides: a kernel writes into the buffer with those strides, and `_heads_view` is the
+    tensor afterwards. Under torch.compile inductor copied a written tensor of permuted strides (even
+    an ``empty_strided`` of its own) into a new buffer before each launch: its reinplacing declined it
+    (an uninitialized copy, as large as the output, per call); a flat buffer it reinplaces."""
+    return torch.empty(B * T * H * D, dtype=dtype, device=device), (T * H * D, D, H * D)
+
+
+def _heads_view(flat: torch.Tensor, B: int, H: int, T: int, D: int) -> torch.Tensor:
+    """The (B, H, T, D) view of a `_time_major` buffer."""
+    return flat.view(B, T, H, D).transpose(1, 2)
 
 
 class _TritonRPEAttention(torch.autograd.Function):
@@ -1566,28 +1574,30 @@ class _TritonRPEAttention(torch.autograd.Function):
         pd_off = 0 if pd_off is None else pd_off
         # O in (B, T, H, D) memory, seen as (B, H, T, D): the caller's merge of the heads
         # (out.transpose(1, 2).reshape(B, T, H * D)) is then a view, not a copy
-        o = _time_major(B, H, T, D, q.dtype, q.device)
+        o_flat, o_strides = _time_major(B, H, T, D, q.dtype, q.device)
         lse = torch.empty(B * H, T, dtype=torch.float32, device=q.device)
         precision = _precision(q.dtype)
         _fwd_kernel[(triton.cdiv(T, block_m), B * H)](
-            q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o, lse,
+            q, k, v, pd, kpm, kv_end, pad_count, seed, dmask, o_flat, lse,
             q.stride(0), q.stride(1), q.stride(2), k.stride(0), k.stride(1), k.stride(2),
-            v.stride(0), v.stride(1), v.stride(2), o.stride(0), o.stride(1), o.stride(2),
+            v.stride(0), v.stride(1), v.stride(2), *o_strides,
             H, T, S, D, pd.size(-1), pd_off, float(scale), float(dropout_p),
             M=M, HAS_KPM=has_kpm, CAUSAL=bool(causal), DROPOUT=dropout_p > 0,
             BLOCK_M=block_m, BLOCK_N=block_n, BLOCK_D=max(16, _next_pow2(D)), PRECISION=precision,
             FAR_LOOPS=far_loops and FAR_LOOPS == "all", DROPOUT_BITS=bits, HAS_BIAS=has_bias, BIAS_TILES=tiles,
             num_warps=warps, num_stages=stages, **({} if maxnreg is None else dict(maxnreg=maxnreg)))
+        o = _heads_view(o_flat, B, H, T, D)
         ctx.save_for_backward(q, k, v, pd, pd_dq, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, o, lse)
         ctx.dropout_bits = bits
         ctx.far_loops = far_loops  # read at the forward, as the table of the call it belongs to
         ctx.meta = (has_kpm, bool(causal), float(dropout_p), float(scale), blocks,
                     per_distance.dtype if has_bias else None, M, pd_off, has_bias, tiles)
-        return o
+        return o_flat.view(B, T, H, D)  # (B, T, H, D): `triton_rpe_attention` returns its heads' view
 
     @staticmethod
-    def backward(ctx, grad_out):
+    def backward(ctx, grad_out):  # grad_out: (B, T, H, D), as the forward's output
         q, k, v, pd, pd_dq, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, o, lse = ctx.saved_tensors
+        grad_out = grad_out.transpose(1, 2)
         pd_dq = pd if pd_dq is None else pd_dq
         pd_dkdv = pd if pd_dkdv is None else pd_dkdv
         has_kpm, causal, dropout_p, scale, blocks, table_dtype, M, pd_off, has_bias, tiles = ctx.meta
@@ -1621,7 +1631,8 @@ class _TritonRPEAttention(torch.autograd.Function):
                 else unused
             delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # the dK/dV kernel runs first
         else:
-            dq = _time_major(B, H, T, D, q.dtype, q.device)  # laid out as O: the dQ kernel reads O with dQ's strides
+            # laid out as O: the dQ kernel reads O with dQ's strides
+            dq_flat, dq_strides = _time_major(B, H, T, D, q.dtype, q.device)
             dq_acc = far = unused
             delta = torch.empty(B * H, T, dtype=torch.float32, device=q.device)  # written by the dQ kernel
         precision = _precision(q.dtype)
@@ -1638,16 +1649,17 @@ class _TritonRPEAttention(torch.autograd.Function):
         # argument and compiles that constexpr as None; test_every_launch_names_every_kernel_argument)
         def dq_kernel():  # dQ and the table gradient (fused: the band's table gradient alone)
             _bwd_dq_kernel[(n_blocks, B * H)](
-                q, k, v, pd_dq, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq, dtab,
-                *strides, *(acc_strides if fused else dq.stride()[:3]),
+                q, k, v, pd_dq, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq_flat,
+                dtab, *strides, *(acc_strides if fused else dq_strides),
                 H, T, S, D, pd_dq.size(-1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
                 **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
                 BAND_STAGES=stages if fused else None, BAND_WEIGHTS=True,
                 BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
 
         if not fused:  # first: it writes delta (O laid out as dQ)
-            assert o.stride() == dq.stride()
+            assert o.stride()[:3] == dq_strides
             dq_kernel()
+            dq = _heads_view(dq_flat, B, H, T, D)
         _bwd_dkdv_kernel[(n_key_blocks, B * H)](
             q, k, v, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, dk, dv, dq_acc, far, *strides,
             *dk.stride()[:3], *acc_strides, H, T, S, D, pd_dkdv.size(-1), pd_off, scale, dropout_p,
@@ -1765,8 +1777,12 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     kpm, kv_end, pad_count = (None, None, None) if padding is None else padding
     if packed is not None:
         q = k = v = None  # read from packed (the gradient goes there)
+    # the Function's output is (B, T, H, D) contiguous, its heads' view made here, outside it: the
+    # output's gradient then comes back contiguous (the o projection's backward makes it so), where the
+    # (B, H, T, D) view's would not, and dynamo's backward of a Function makes every gradient contiguous
+    # (a copy of it per call under torch.compile)
     return _TritonRPEAttention.apply(q, k, v, packed, per_distance, pd, pd_dq, pd_dkdv, pd_off, kpm, kv_end,
-                                     pad_count, causal, dropout_p, scale, blocks)
+                                     pad_count, causal, dropout_p, scale, blocks).transpose(1, 2)
 
 
 def effective_dropout_p(dropout_p: float) -> float:

@@ -33,7 +33,14 @@ def test_the_triton_backend_compiles_its_own_kernels_into_the_graphs_for_a_gpu()
     proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--backends", "triton",
                            "--shapes", "2x384/20"], capture_output=True, text=True, timeout=600, env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert "ok   t5_v11_tiny triton scope=model: " in proc.stdout, proc.stdout
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("ok   t5_v11_tiny triton scope=model: ")]
+    # each launch of the three kernels compiled for sm90 by Triton with inductor's signature (its fp64
+    # scalars among them: a kernel that let them promote its row maxima failed to compile on an H200)
+    assert int(line.split(" launches of ours compiled for sm90")[0].rsplit("(", 1)[1]) >= 3, line
+    # no pass over memory per call before the kernels: the outputs they write are reinplaced (with
+    # permuted strides they were copied first) and the output's gradient arrives contiguous (dynamo's
+    # backward of an autograd.Function copies it otherwise): 6 copies here before 2026-11-27
+    assert "copies made for them: 0)" in line, line
     assert "cannot run in this process" not in proc.stderr, proc.stderr[-2000:]
 
 
@@ -62,7 +69,7 @@ def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsy
         calls.append((arch, backend, scope, checkpoint, shapes))
         if backend == "torch":
             raise ValueError("first line\nThe argument '((-1)) + 384' is not comparable.")
-        return 12, 0.5
+        return 12, 0.5, codegen.GeneratedKernels()
 
     monkeypatch.setattr(codegen, "check", check)
     rc = codegen.main(["--archs", "t5_v11_tiny", "--backends", "sdpa", "torch", "--scopes", "layers",
@@ -82,6 +89,25 @@ def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsy
     monkeypatch.setattr(codegen, "check", unavailable)
     assert codegen.main(["--archs", "t5_v11_tiny"]) == 2
     assert "check_gpu_codegen: triton is not installed" in capsys.readouterr().err
+
+
+def test_a_failure_reads_as_its_innermost_reason():
+    """Inductor wraps Triton's compilation error, which wraps the reason: the line names the outer
+    type and the innermost one's message, without torch's hints."""
+    codegen = load_script("check_gpu_codegen")
+    try:
+        try:
+            try:
+                raise AssertionError("Loop-carried variable m_i has initial type fp32 but is re-assigned to fp64")
+            except AssertionError as inner:
+                raise ValueError("at 60:24:\n    m_i = ...\n    ^") from inner
+        except ValueError as middle:
+            raise RuntimeError("CompilationError: at 60:24\n\nSet TORCHDYNAMO_VERBOSE=1 for the stack") from middle
+    except RuntimeError as e:
+        line = codegen.error_line(e)
+    assert line == ("RuntimeError <- AssertionError: Loop-carried variable m_i has initial type fp32 but is "
+                    "re-assigned to fp64")
+    assert codegen.error_line(KeyError("x")) == "KeyError: 'x'"
 
 
 @pytest.mark.parametrize("shape", ["4x96", "0x8/4", "ax8/4"])
