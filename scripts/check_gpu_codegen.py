@@ -20,6 +20,7 @@ checkout installed by ``PYTHON=<its python> bash scripts/install.sh``) before sp
     python scripts/check_gpu_codegen.py --backends sdpa torch --scopes model layers --checkpoint
     python scripts/check_gpu_codegen.py --archs t5_v11_base --shapes 2x512/114
     python scripts/check_gpu_codegen.py --backends triton --optimizer   # gpu_check's bench_train variants
+    python scripts/check_gpu_codegen.py --backends triton --attention-dropout 0.1 --checkpoint   # fine-tuning
 
 Each configuration compiles the model as ``model.compile=true`` does in the trainer (padded length
 buckets, dynamic shapes, the chosen ``compile_scope``) and runs a forward and backward per shape in
@@ -343,7 +344,7 @@ def parse_shape(text: str) -> Tuple[int, int, int]:
 
 
 def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: int = 0,
-          optimizer: bool = False) -> Tuple[int, float, "GeneratedKernels"]:
+          optimizer: bool = False, attention_dropout: float = 0.0) -> Tuple[int, float, "GeneratedKernels"]:
     """Compile and run ``arch``'s training step at each shape under `gpu_codegen_on_cpu`, and with
     ``optimizer`` an `AdamWScale` step with ``compiled=True`` after each (fp32 masters of the bf16
     weights, a gradient factor folded in: the bf16 recipe's update). On the triton backend its own
@@ -360,12 +361,14 @@ def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: i
     with contextlib.ExitStack() as stack:
         if backend == "triton":
             stack.enter_context(triton_kernels_as_on_sm90())
-        return _compile_and_run(AstT5Model, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer)
+        return _compile_and_run(AstT5Model, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer,
+                                attention_dropout)
 
 
-def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer):
+def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer,
+                     attention_dropout):
     torch.manual_seed(seed)
-    model = model_class.from_dictionary(dictionary, arch=arch, dropout=0.0, attention_dropout=0.0,
+    model = model_class.from_dictionary(dictionary, arch=arch, dropout=0.0, attention_dropout=attention_dropout,
                                         attention_backend=backend, compile=True, compile_scope=scope,
                                         checkpoint_activations=checkpoint).to(torch.bfloat16)
     model.train()
@@ -411,11 +414,15 @@ def main(argv=None) -> int:
                    help="model.attention_backend (default sdpa: what auto runs on sm90)")
     p.add_argument("--scopes", nargs="+", default=["model"], choices=["model", "layers"], help="model.compile_scope")
     p.add_argument("--checkpoint", action="store_true", help="with model.checkpoint_activations")
+    p.add_argument("--attention-dropout", type=float, default=0.0, metavar="P",
+                   help="model.attention_dropout (default 0, the pre-training recipes'; 0.1: fine-tuning, the paper's)")
     p.add_argument("--optimizer", action="store_true",
                    help="also an adamw_scale step with optimizer.compiled=true after each training step")
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
                    metavar="BxS/T", help=f"batches in order (default {' '.join(DEFAULT_SHAPES)})")
     args = p.parse_args(argv)
+    if not 0.0 <= args.attention_dropout < 1.0:
+        p.error(f"--attention-dropout must be in [0, 1), got {args.attention_dropout}")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     print(f"torch {torch.__version__}: inductor's GPU code generation on the CPU, nothing run", flush=True)
     failed = 0
@@ -423,10 +430,12 @@ def main(argv=None) -> int:
         for backend in args.backends:
             for scope in args.scopes:
                 name = (f"{arch} {backend} scope={scope}{' checkpointed' if args.checkpoint else ''}"
+                        f"{f' attention dropout {args.attention_dropout:g}' if args.attention_dropout else ''}"
                         f"{' + compiled optimizer' if args.optimizer else ''}")
                 try:
                     count, seconds, kernels = check(arch, backend, scope, args.checkpoint, args.shapes,
-                                                    optimizer=args.optimizer)
+                                                    optimizer=args.optimizer,
+                                                    attention_dropout=args.attention_dropout)
                 except CodegenUnavailable as e:
                     print(f"check_gpu_codegen: {e}", file=sys.stderr)
                     return 2

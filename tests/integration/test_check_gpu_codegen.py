@@ -65,8 +65,8 @@ def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsy
     codegen = load_script("check_gpu_codegen")
     calls = []
 
-    def check(arch, backend, scope, checkpoint, shapes, seed=0, optimizer=False):
-        calls.append((arch, backend, scope, checkpoint, shapes))
+    def check(arch, backend, scope, checkpoint, shapes, seed=0, optimizer=False, attention_dropout=0.0):
+        calls.append((arch, backend, scope, checkpoint, shapes) + ((attention_dropout,) if attention_dropout else ()))
         if backend == "torch":
             raise ValueError("first line\nThe argument '((-1)) + 384' is not comparable.")
         return 12, 0.5, codegen.GeneratedKernels()
@@ -85,6 +85,15 @@ def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsy
 
     def unavailable(*args, **kwargs):
         raise codegen.CodegenUnavailable("triton is not installed: inductor cannot generate Triton kernels")
+
+    monkeypatch.setattr(codegen, "check", check)
+    del calls[:]
+    assert codegen.main(["--archs", "t5_v11_tiny", "--attention-dropout", "0.1", "--shapes", "1x8/4"]) == 0
+    assert calls == [("t5_v11_tiny", "sdpa", "model", False, [(1, 8, 4)], 0.1)]
+    assert "ok   t5_v11_tiny sdpa scope=model attention dropout 0.1: 12 kernels" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        codegen.main(["--attention-dropout", "1.5"])
+    assert "--attention-dropout must be in [0, 1)" in capsys.readouterr().err
 
     monkeypatch.setattr(codegen, "check", unavailable)
     assert codegen.main(["--archs", "t5_v11_tiny"]) == 2
