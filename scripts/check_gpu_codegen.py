@@ -33,6 +33,7 @@ One line per configuration; exit status 0 when every one compiled, 1 when one fa
 last line printed), 2 on a usage error or where this torch cannot generate GPU code on the CPU.
 """
 import argparse
+import collections
 import contextlib
 import importlib.util
 import logging
@@ -61,10 +62,19 @@ class GeneratedKernels(list):
         super().__init__()
         self.compiled: Dict[str, List[dict]] = {}
         self.copies: Optional[int] = None
+        self.gigabytes: Dict[str, float] = {}  # inductor's estimate of what one launch reads and writes
+        self.launches: collections.Counter = collections.Counter()  # launches of each kernel, as run
 
     @property
     def launches_compiled(self) -> int:
         return sum(map(len, self.compiled.values()))
+
+    def traffic(self) -> List[Tuple[float, int, float, str]]:
+        """(GB in all, launches, GB per launch, name) for each of inductor's kernels launched since
+        ``launches`` was last cleared, largest first. Our own kernels are not inductor's (no estimate)."""
+        rows = [(self.gigabytes[name] * count, count, self.gigabytes[name], name)
+                for name, count in self.launches.items() if name in self.gigabytes]
+        return sorted(rows, reverse=True)
 
 
 _VIEW_OPS = ("view", "_unsafe_view", "as_strided", "permute", "transpose", "reshape", "select", "slice", "unsqueeze",
@@ -175,48 +185,72 @@ def compile_user_kernel(name: str, source: str, arch: int) -> List[dict]:
 
 
 @contextlib.contextmanager
-def gpu_codegen_on_cpu(compile_ours_for: Optional[int] = None) -> Iterator[GeneratedKernels]:
+def gpu_codegen_on_cpu(compile_ours_for: Optional[int] = None, estimate_bytes: bool = False
+                       ) -> Iterator[GeneratedKernels]:
     """Inside: inductor compiles graphs on CPU tensors as for a GPU (Triton kernels, the GPU's cat
     lowering), with Triton's compiler stubbed (module docstring). Yields the list of the generated
     kernels' names, appended to as inductor generates them (`GeneratedKernels`). With
     ``compile_ours_for`` (a compute capability, e.g. 90) each user-defined kernel (ours, not
-    inductor's ``triton_*``) is also compiled for that GPU by Triton (`compile_user_kernel`).
+    inductor's ``triton_*``) is also compiled for that GPU by Triton (`compile_user_kernel`). With
+    ``estimate_bytes`` inductor puts its estimate of each kernel's memory traffic in the source
+    (``benchmark_kernel``: it also prints each compiled module's path), kept in the list's
+    ``gigabytes``; every run of a generated kernel is counted in its ``launches`` either way.
     Dynamo's caches are reset on leaving, so no graph compiled this way is reused outside."""
     if importlib.util.find_spec("triton") is None:
         raise CodegenUnavailable("triton is not installed: inductor cannot generate Triton kernels")
     import torch._inductor.async_compile as async_compile
     import torch._inductor.config as inductor_config
+    import torch._inductor.ir as inductor_ir
+    import torch._inductor.scheduler as inductor_scheduler
     import torch.utils._triton as torch_triton
 
     if not (hasattr(torch_triton, "triton_hash_with_backend") and hasattr(async_compile.AsyncCompile, "triton")
-            and hasattr(inductor_config, "cpu_backend") and hasattr(inductor_config, "force_pointwise_cat")):
+            and hasattr(inductor_config, "cpu_backend") and hasattr(inductor_config, "force_pointwise_cat")
+            and hasattr(inductor_config, "benchmark_kernel") and hasattr(inductor_ir, "is_cpu")
+            and hasattr(inductor_scheduler.BaseSchedulerNode, "is_cpu")):
         raise CodegenUnavailable(f"torch {torch.__version__} lacks the hooks this check stubs "
-                                 "(triton_hash_with_backend, AsyncCompile.triton, cpu_backend, force_pointwise_cat)")
+                                 "(triton_hash_with_backend, AsyncCompile.triton, cpu_backend, force_pointwise_cat, "
+                                 "benchmark_kernel, ir.is_cpu, BaseSchedulerNode.is_cpu)")
     kernels = GeneratedKernels()
 
     class NotRun:
-        """A generated kernel that is never compiled: calls to it do nothing."""
+        """A generated kernel that is never compiled: a launch of it does nothing but count."""
+
+        def __init__(self, name):
+            self.name = name
 
         def run(self, *args, **kwargs):
-            pass
+            kernels.launches[self.name] += 1
 
     def compile_nothing(self, kernel_name, source_code, *args, **kwargs):
         kernels.append(kernel_name)
+        # two graphs (a forward and its backward) may each name a different kernel alike
+        label = kernel_name if kernels.count(kernel_name) == 1 else f"{kernel_name} ({kernels.count(kernel_name)})"
+        estimate = re.search(r"'kernel_num_gb': ([0-9.e+-]+)", source_code)
+        if estimate and kernel_name.startswith("triton_"):
+            kernels.gigabytes[label] = float(estimate.group(1))
         if compile_ours_for is not None and not kernel_name.startswith("triton_"):
             kernels.compiled.setdefault(kernel_name, []).extend(
                 compile_user_kernel(kernel_name, source_code, compile_ours_for))
-        return NotRun()
+        return NotRun(label)
 
-    saved = torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton
+    saved = (torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton, inductor_ir.is_cpu,
+             inductor_scheduler.BaseSchedulerNode.is_cpu)
     torch_triton.triton_hash_with_backend = lambda: "gpu-codegen-on-cpu"
     async_compile.AsyncCompile.triton = compile_nothing
+    # The GPU's heuristics, not the CPU's, where inductor's IR and scheduler ask "is this on a CPU?":
+    # which values to store rather than recompute (on a CPU it stores every reused tanh, exp or
+    # sigmoid, and takes lower op-count and read limits), and the loop reordering that lets nodes fuse.
+    inductor_ir.is_cpu = lambda node: False
+    inductor_scheduler.BaseSchedulerNode.is_cpu = lambda node: False
     torch._dynamo.reset()
     try:
         with inductor_config.patch(cpu_backend="triton", force_pointwise_cat=True, fx_graph_cache=False,
-                                   compile_threads=1):
+                                   compile_threads=1, benchmark_kernel=estimate_bytes):
             yield kernels
     finally:
-        torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton = saved
+        (torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton, inductor_ir.is_cpu,
+         inductor_scheduler.BaseSchedulerNode.is_cpu) = saved
         torch._dynamo.reset()
 
 
@@ -344,13 +378,15 @@ def parse_shape(text: str) -> Tuple[int, int, int]:
 
 
 def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: int = 0,
-          optimizer: bool = False, attention_dropout: float = 0.0) -> Tuple[int, float, "GeneratedKernels"]:
+          optimizer: bool = False, attention_dropout: float = 0.0,
+          estimate_bytes: bool = False) -> Tuple[int, float, "GeneratedKernels"]:
     """Compile and run ``arch``'s training step at each shape under `gpu_codegen_on_cpu`, and with
     ``optimizer`` an `AdamWScale` step with ``compiled=True`` after each (fp32 masters of the bf16
     weights, a gradient factor folded in: the bf16 recipe's update). On the triton backend its own
     kernels are also compiled for sm90 by Triton as inductor launches them (`compile_user_kernel`).
-    Returns (the number of kernels generated, seconds, the `GeneratedKernels`); raises what the
-    compilation raised."""
+    With ``estimate_bytes`` the kernels carry inductor's estimate of their memory traffic, and the
+    launches counted are those of the last shape's step (`GeneratedKernels.traffic`). Returns (the
+    number of kernels generated, seconds, the `GeneratedKernels`); raises what the compilation raised."""
     from fairseq.data import Dictionary
 
     from ast_t5.models.ast_t5_model import AstT5Model
@@ -362,11 +398,11 @@ def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: i
         if backend == "triton":
             stack.enter_context(triton_kernels_as_on_sm90())
         return _compile_and_run(AstT5Model, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer,
-                                attention_dropout)
+                                attention_dropout, estimate_bytes)
 
 
 def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer,
-                     attention_dropout):
+                     attention_dropout, estimate_bytes=False):
     torch.manual_seed(seed)
     model = model_class.from_dictionary(dictionary, arch=arch, dropout=0.0, attention_dropout=attention_dropout,
                                         attention_backend=backend, compile=True, compile_scope=scope,
@@ -376,8 +412,10 @@ def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, 
     generator = torch.Generator().manual_seed(seed)
     start = time.perf_counter()
     copies = _CopiesForUserKernels()
-    with gpu_codegen_on_cpu(compile_ours_for=90 if backend == "triton" else None) as kernels, copies:
+    with gpu_codegen_on_cpu(compile_ours_for=90 if backend == "triton" else None,
+                            estimate_bytes=estimate_bytes) as kernels, copies:
         for batch, src_len, tgt_len in shapes:
+            kernels.launches.clear()  # what is left counted is the last shape's step
             src = torch.randint(4, len(dictionary), (batch, src_len), generator=generator)
             lengths = torch.full((batch,), src_len)
             if batch > 1:  # a padded row, as batches come
@@ -403,6 +441,23 @@ def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, 
         return len(kernels), time.perf_counter() - start, kernels
 
 
+def print_traffic(kernels: GeneratedKernels, shape, top: int, bandwidth: float) -> None:
+    """The memory traffic of inductor's kernels in the step of ``shape`` (`GeneratedKernels.traffic`):
+    total, time at ``bandwidth`` TB/s, and the ``top`` largest kernels."""
+    rows = kernels.traffic()
+    total = sum(row[0] for row in rows)
+    user = sum(count for name, count in kernels.launches.items() if not name.startswith("triton_"))
+    unestimated = sorted(name for name in kernels.launches
+                         if name.startswith("triton_") and name not in kernels.gigabytes)
+    print(f"     inductor's kernels in one step at {shape[0]}x{shape[1]}/{shape[2]}: {total:.3f} GB in "
+          f"{sum(row[1] for row in rows)} launches of {len(rows)} kernels, {total / bandwidth:.3f} ms at "
+          f"{bandwidth:g} TB/s (not counted: matrix products, attention and other extern ops"
+          f"{f', {user} launches of user-defined kernels (ours)' if user else ''}"
+          f"{'; inductor gave no estimate for ' + ', '.join(unestimated) if unestimated else ''})", flush=True)
+    for gigabytes, launches, each, name in rows[:top]:
+        print(f"     {gigabytes:9.4f} GB = {launches:3d} x {1e3 * each:8.3f} MB  {name}", flush=True)
+
+
 def main(argv=None) -> int:
     from ast_t5.models.presets import ARCH_PRESETS
     from ast_t5.modules.attention_backends import ATTENTION_BACKENDS
@@ -420,7 +475,16 @@ def main(argv=None) -> int:
                    help="also an adamw_scale step with optimizer.compiled=true after each training step")
     p.add_argument("--shapes", nargs="+", type=parse_shape, default=[parse_shape(s) for s in DEFAULT_SHAPES],
                    metavar="BxS/T", help=f"batches in order (default {' '.join(DEFAULT_SHAPES)})")
+    p.add_argument("--traffic", type=int, nargs="?", const=12, default=None, metavar="N",
+                   help="with one shape: the memory traffic of inductor's kernels in its step (inductor's estimate "
+                        "per kernel x launches), its time at --bandwidth, and the N largest kernels (default 12)")
+    p.add_argument("--bandwidth", type=float, default=3.35, metavar="TB/S",
+                   help="memory bandwidth for --traffic's time (default 3.35: H100 SXM's HBM3; H200 4.8)")
     args = p.parse_args(argv)
+    if args.traffic is not None and len(args.shapes) != 1:
+        p.error("--traffic estimates one step: give one shape (--shapes BxS/T)")
+    if args.traffic is not None and (args.traffic < 0 or args.bandwidth <= 0):
+        p.error("--traffic N needs N >= 0 and --bandwidth a positive number of TB/s")
     if not 0.0 <= args.attention_dropout < 1.0:
         p.error(f"--attention-dropout must be in [0, 1), got {args.attention_dropout}")
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
@@ -435,7 +499,8 @@ def main(argv=None) -> int:
                 try:
                     count, seconds, kernels = check(arch, backend, scope, args.checkpoint, args.shapes,
                                                     optimizer=args.optimizer,
-                                                    attention_dropout=args.attention_dropout)
+                                                    attention_dropout=args.attention_dropout,
+                                                    estimate_bytes=args.traffic is not None)
                 except CodegenUnavailable as e:
                     print(f"check_gpu_codegen: {e}", file=sys.stderr)
                     return 2
@@ -449,6 +514,8 @@ def main(argv=None) -> int:
                 ours = (f" ({kernels.launches_compiled} launches of ours compiled for sm90 by Triton; copies "
                         f"made for them: {kernels.copies})") if kernels.compiled else ""
                 print(f"ok   {name}: {count} kernels generated{ours} in {seconds:.1f} s", flush=True)
+                if args.traffic is not None:
+                    print_traffic(kernels, args.shapes[0], args.traffic, args.bandwidth)
     print(f"check_gpu_codegen: {failed} of {len(args.archs) * len(args.backends) * len(args.scopes)} "
           f"configurations failed" if failed else "check_gpu_codegen: every configuration compiled")
     return 1 if failed else 0

@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from ..conftest import load_script
 
@@ -65,7 +66,8 @@ def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsy
     codegen = load_script("check_gpu_codegen")
     calls = []
 
-    def check(arch, backend, scope, checkpoint, shapes, seed=0, optimizer=False, attention_dropout=0.0):
+    def check(arch, backend, scope, checkpoint, shapes, seed=0, optimizer=False, attention_dropout=0.0,
+              estimate_bytes=False):
         calls.append((arch, backend, scope, checkpoint, shapes) + ((attention_dropout,) if attention_dropout else ()))
         if backend == "torch":
             raise ValueError("first line\nThe argument '((-1)) + 384' is not comparable.")
@@ -126,3 +128,70 @@ def test_a_bad_shape_is_a_usage_error(shape, capsys):
         codegen.main(["--shapes", shape])
     assert exit_info.value.code == 2
     assert "a shape is BATCHxSOURCE/TARGET with positive numbers" in capsys.readouterr().err
+
+
+def _codegen_or_skip():
+    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
+    return load_script("check_gpu_codegen")
+
+
+def test_the_kernels_are_generated_with_the_gpus_heuristics_not_the_cpus():
+    """A tanh read by two reductions: inductor on a CPU stores it once for both (a kernel of its own
+    writing it, the CPU's "realize heavy ops on reuse" rule); for a GPU each reduction recomputes it
+    where it reads x. The check must generate what the GPU gets."""
+    codegen = _codegen_or_skip()
+
+    def two_sums(x):
+        y = torch.tanh(x)
+        return (y * y).sum(0), (y + 1).sum(1)
+
+    with codegen.gpu_codegen_on_cpu() as kernels:
+        torch.compile(two_sums)(torch.randn(256, 512))
+    assert len(kernels) == 2 and all("tanh" in name for name in kernels), list(kernels)
+
+
+def test_the_traffic_is_inductors_estimate_per_kernel_times_its_launches():
+    codegen = _codegen_or_skip()
+
+    def double(x):
+        return x * 2
+
+    with codegen.gpu_codegen_on_cpu(estimate_bytes=True) as kernels:
+        compiled = torch.compile(double)
+        x = torch.randn(1024, 1024)
+        for _ in range(3):
+            compiled(x)
+    ((total, launches, each, name),) = kernels.traffic()
+    assert name.startswith("triton_poi_fused_mul") and launches == 3
+    assert each == pytest.approx(2 * 1024 * 1024 * 4 / 1e9)  # one fp32 read and one write of x
+    assert total == pytest.approx(3 * each)
+    kernels.launches.clear()
+    assert kernels.traffic() == []
+
+
+def test_traffic_of_a_training_step_lists_the_largest_kernels():
+    """--traffic on the tiny model's step: a total, its time at the bandwidth, and the largest kernels,
+    largest first, each its launches times its estimate."""
+    _codegen_or_skip()
+    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--shapes", "2x64/16", "--traffic", "3",
+                           "--bandwidth", "2"], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("     inductor's kernels in one step at 2x64/16: "))
+    total = float(lines[at].split(": ")[1].split(" GB")[0])
+    milliseconds = float(lines[at].split("kernels, ")[1].split(" ms at 2 TB/s")[0])
+    assert total > 0 and milliseconds == pytest.approx(total / 2, abs=1e-3)
+    rows = lines[at + 1:at + 4]
+    sizes = [float(row.split()[0]) for row in rows]
+    assert len(rows) == 3 and sizes == sorted(sizes, reverse=True) and sum(sizes) <= total + 1e-4, rows
+    for row in rows:  # "G GB = N x M MB  name"
+        words = row.split()
+        assert words[-1].startswith("triton_")
+        assert float(words[0]) == pytest.approx(int(words[3]) * float(words[5]) / 1e3, abs=1e-4), row
+
+
+def test_traffic_needs_one_shape(capsys):
+    codegen = load_script("check_gpu_codegen")
+    with pytest.raises(SystemExit):
+        codegen.main(["--shapes", "1x8/4", "2x8/4", "--traffic"])
+    assert "--traffic estimates one step: give one shape" in capsys.readouterr().err
