@@ -176,12 +176,21 @@ class AdamWScale(torch.optim.Optimizer):
         gradients on one device; module docstring). The learning rate (which the schedule changes
         every update), the step count and the gradient factor go in as device tensors, so that no
         value of theirs is a guard and the graph compiles once."""
-        global _COMPILED_UPDATE
-        first = _COMPILED_UPDATE is None
+        global _COMPILED_UPDATE, _EAGER_UNDER_MODE_LOGGED
+        update = _COMPILED_UPDATE
+        if _user_dispatch_mode_active():
+            # torch.compile refuses to run under a user's TorchDispatchMode (an op counter, a flop
+            # counter, a debugging mode): fullgraph would raise. The same function runs eagerly.
+            if not _EAGER_UNDER_MODE_LOGGED:
+                logger.info("adamw_scale (compiled=true): a TorchDispatchMode is active, which torch.compile "
+                            "cannot run under: the update runs its foreach ops eagerly while it is")
+                _EAGER_UNDER_MODE_LOGGED = True
+            update = _scaled_adam_update
+        first = update is None
         if first:
             logger.info("adamw_scale (compiled=true): compiling the update of %d tensors with torch.compile "
                         "(once per run; T5-base: about a minute)", len(ps))
-            _COMPILED_UPDATE = torch.compile(_scaled_adam_update, fullgraph=True, dynamic=False)
+            _COMPILED_UPDATE = update = torch.compile(_scaled_adam_update, fullgraph=True, dynamic=False)
             start = time.perf_counter()
         beta1, beta2 = group["betas"]
         device = ps[0].device
@@ -189,7 +198,7 @@ class AdamWScale(torch.optim.Optimizer):
         lr = torch.full((), group["lr"], dtype=torch.float32, device=device)
         step = torch.full((), float(t), dtype=torch.float32, device=device)
         factor = _device_scalar(1.0 if grad_factor is None else grad_factor, device)  # always a tensor: one graph
-        _COMPILED_UPDATE(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
+        update(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
                          [p.numel() ** -0.5 for p in ps], lr, step, factor, beta1, beta2, group["eps"],
                          group["rms_floor"], group["weight_decay"])
         if first:
@@ -219,6 +228,15 @@ class AdamWScale(torch.optim.Optimizer):
 
 
 _COMPILED_UPDATE = None  # torch.compile(_scaled_adam_update), made at the first compiled step
+_EAGER_UNDER_MODE_LOGGED = False
+
+
+def _user_dispatch_mode_active() -> bool:
+    """Whether a TorchDispatchMode of the user's (not one of torch's own infrastructure modes) is
+    active: torch.compile does not run under one."""
+    from torch.utils._python_dispatch import is_in_torch_dispatch_mode
+
+    return is_in_torch_dispatch_mode(include_infra_modes=False)
 
 
 def _device_scalar(value, device: torch.device) -> torch.Tensor:

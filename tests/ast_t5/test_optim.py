@@ -102,6 +102,51 @@ def test_adamw_scale_compiled_matches_the_loop_and_compiles_once(weight_decay, m
     assert caplog.text.count("the update compiled and ran in") == 1
 
 
+def test_adamw_scale_compiled_runs_eagerly_under_a_dispatch_mode(monkeypatch, caplog):
+    """torch.compile refuses to run under a user's TorchDispatchMode (an op or flop counter): the
+    compiled update raised "found no compiled frames" there (bench_host_overhead's op count with
+    optimizer.compiled=true). It runs the same foreach update eagerly then, says so once, and
+    compiles as before once the mode is gone."""
+    import ast_t5.optim.adamw_scale as adamw_scale
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counting(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops += 1
+            return func(*args, **(kwargs or {}))
+
+    monkeypatch.setattr(adamw_scale, "_COMPILED_UPDATE", None)
+    monkeypatch.setattr(adamw_scale, "_EAGER_UNDER_MODE_LOGGED", False)
+    torch._dynamo.reset()
+    a, b = _params(), _params()
+    loop = AdamWScale(a, foreach=False, lr=0.01, weight_decay=0.1)
+    compiled = AdamWScale(b, compiled=True, lr=0.01, weight_decay=0.1)
+    g = torch.Generator().manual_seed(2)
+    try:
+        with caplog.at_level(logging.INFO, logger="ast_t5.optim.adamw_scale"):
+            for step in range(3):
+                for p, q in zip(a, b):
+                    p.grad = torch.randn(p.shape, generator=g)
+                    q.grad = p.grad.clone()
+                loop.step()
+                if step < 2:
+                    with Counting() as mode:
+                        compiled.step()
+                    assert mode.ops > 0  # the mode saw the update's ops: it ran eagerly inside it
+                else:
+                    compiled.step()
+        for x, y in zip(a, b):
+            torch.testing.assert_close(y.detach(), x.detach(), rtol=1e-5, atol=1e-6)
+        assert caplog.text.count("a TorchDispatchMode is active") == 1
+        assert caplog.text.count("the update compiled and ran in") == 1  # the third step, without the mode
+    finally:
+        torch._dynamo.reset()
+
+
 @pytest.mark.cuda
 def test_adamw_scale_compiled_on_cuda_matches_the_cpu_loop(monkeypatch):
     if not torch.cuda.is_available():
