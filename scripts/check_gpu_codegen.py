@@ -453,7 +453,8 @@ def print_traffic(kernels: GeneratedKernels, shape, top: int, bandwidth: float) 
           f"{sum(row[1] for row in rows)} launches of {len(rows)} kernels, {total / bandwidth:.3f} ms at "
           f"{bandwidth:g} TB/s (not counted: matrix products, attention and other extern ops"
           f"{f', {user} launches of user-defined kernels (ours)' if user else ''}"
-          f"{'; inductor gave no estimate for ' + ', '.join(unestimated) if unestimated else ''})", flush=True)
+          f"{f'; inductor gave no estimate for {len(unestimated)} kernels: ' if unestimated else ''}"
+          f"{', '.join(unestimated[:3])}{', ...' if len(unestimated) > 3 else ''})", flush=True)
     for gigabytes, launches, each, name in rows[:top]:
         print(f"     {gigabytes:9.4f} GB = {launches:3d} x {1e3 * each:8.3f} MB  {name}", flush=True)
 
