@@ -189,7 +189,8 @@ def gpu_codegen_on_cpu(compile_ours_for: Optional[int] = None, estimate_bytes: b
                        ) -> Iterator[GeneratedKernels]:
     """Inside: inductor compiles graphs on CPU tensors as for a GPU (Triton kernels, the GPU's cat
     lowering), with Triton's compiler stubbed (module docstring). Yields the list of the generated
-    kernels' names, appended to as inductor generates them (`GeneratedKernels`). With
+    kernels' names, appended to as inductor generates them (`GeneratedKernels`). SDPA is a GPU's
+    kernel there, opaque to inductor (`sdpa_as_on_a_gpu`). With
     ``compile_ours_for`` (a compute capability, e.g. 90) each user-defined kernel (ours, not
     inductor's ``triton_*``) is also compiled for that GPU by Triton (`compile_user_kernel`). With
     ``estimate_bytes`` inductor puts its estimate of each kernel's memory traffic in the source
@@ -246,12 +247,126 @@ def gpu_codegen_on_cpu(compile_ours_for: Optional[int] = None, estimate_bytes: b
     torch._dynamo.reset()
     try:
         with inductor_config.patch(cpu_backend="triton", force_pointwise_cat=True, fx_graph_cache=False,
-                                   compile_threads=1, benchmark_kernel=estimate_bytes):
+                                   compile_threads=1, benchmark_kernel=estimate_bytes), sdpa_as_on_a_gpu():
             yield kernels
     finally:
         (torch_triton.triton_hash_with_backend, async_compile.AsyncCompile.triton, inductor_ir.is_cpu,
          inductor_scheduler.BaseSchedulerNode.is_cpu) = saved
         torch._dynamo.reset()
+
+
+def _gpu_sdpa_ops():
+    """Two opaque ops standing for SDPA's kernels on a GPU, defined once per process: flash attention
+    (no mask) and memory-efficient attention (a float mask, whose gradient it returns at full size).
+    Their outputs have the strides of torch's own meta functions for those kernels (the output in
+    (B, T, H, D) memory, q, k, v gradients the same, the mask's gradient (B, H, T, S) padded to 16
+    keys), so the graph around them is laid out as a GPU's. On a CPU they return uninitialized tensors."""
+    try:
+        return torch.ops.ast_t5_check.efficient_attention.default, torch.ops.ast_t5_check.flash_attention.default
+    except (AttributeError, RuntimeError):
+        pass
+    from torch import Tensor
+
+    def time_major(B, H, T, D, like):  # (B, H, T, D) in (B, T, H, D) memory
+        return like.new_empty(B, T, H, D).transpose(1, 2)
+
+    def forward(q, k, v, mask):
+        B, H, T, _ = q.shape
+        return time_major(B, H, T, v.size(-1), q), q.new_empty(B, H, -(-T // 32) * 32, dtype=torch.float32)
+
+    def backward(q, k, v, mask, mask_grad):
+        B, H, T, D = q.shape
+        S = k.size(2)
+        grad_mask = q.new_empty(B, H, T, -(-S // 16) * 16)[..., :S] if mask_grad else q.new_empty(0)
+        return (time_major(B, H, T, D, q), time_major(B, H, S, D, k), time_major(B, H, S, v.size(-1), v),
+                grad_mask)
+
+    @torch.library.custom_op("ast_t5_check::efficient_attention", mutates_args=())
+    def efficient(q: Tensor, k: Tensor, v: Tensor, mask: Tensor, dropout_p: float, causal: bool,
+                  scale: float) -> Tuple[Tensor, Tensor]:
+        return forward(q, k, v, mask)
+
+    @torch.library.custom_op("ast_t5_check::efficient_attention_backward", mutates_args=())
+    def efficient_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, mask: Tensor, out: Tensor, lse: Tensor,
+                           dropout_p: float, causal: bool, scale: float,
+                           mask_grad: bool) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+        return backward(q, k, v, mask, mask_grad)
+
+    @torch.library.custom_op("ast_t5_check::flash_attention", mutates_args=())
+    def flash(q: Tensor, k: Tensor, v: Tensor, dropout_p: float, causal: bool, scale: float) -> Tuple[Tensor, Tensor]:
+        return forward(q, k, v, None)
+
+    @torch.library.custom_op("ast_t5_check::flash_attention_backward", mutates_args=())
+    def flash_backward(grad: Tensor, q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, dropout_p: float,
+                       causal: bool, scale: float) -> Tuple[Tensor, Tensor, Tensor]:
+        return backward(q, k, v, None, False)[:3]
+
+    efficient.register_fake(lambda q, k, v, mask, *args: forward(q, k, v, mask))
+    efficient_backward.register_fake(lambda grad, q, k, v, mask, out, lse, p, c, s, mask_grad:
+                                     backward(q, k, v, mask, mask_grad))
+    flash.register_fake(lambda q, k, v, *args: forward(q, k, v, None))
+    flash_backward.register_fake(lambda grad, q, k, v, *args: backward(q, k, v, None, False)[:3])
+
+    def efficient_setup(ctx, inputs, output):
+        q, k, v, mask, dropout_p, causal, scale = inputs
+        ctx.save_for_backward(q, k, v, mask, *output)
+        ctx.args, ctx.mask_grad = (dropout_p, causal, scale), mask.requires_grad
+
+    def efficient_grad(ctx, grad, grad_lse):
+        q, k, v, mask, out, lse = ctx.saved_tensors
+        dq, dk, dv, dmask = efficient_backward(grad, q, k, v, mask, out, lse, *ctx.args, ctx.mask_grad)
+        return dq, dk, dv, (dmask if ctx.mask_grad else None), None, None, None
+
+    def flash_setup(ctx, inputs, output):
+        q, k, v, dropout_p, causal, scale = inputs
+        ctx.save_for_backward(q, k, v, *output)
+        ctx.args = (dropout_p, causal, scale)
+
+    def flash_grad(ctx, grad, grad_lse):
+        q, k, v, out, lse = ctx.saved_tensors
+        return (*flash_backward(grad, q, k, v, out, lse, *ctx.args), None, None, None)
+
+    efficient.register_autograd(efficient_grad, setup_context=efficient_setup)
+    flash.register_autograd(flash_grad, setup_context=flash_setup)
+    return torch.ops.ast_t5_check.efficient_attention.default, torch.ops.ast_t5_check.flash_attention.default
+
+
+@contextlib.contextmanager
+def sdpa_as_on_a_gpu() -> Iterator[None]:
+    """Inside: ``F.scaled_dot_product_attention`` on CPU tensors is what a GPU runs, one opaque op
+    (`_gpu_sdpa_ops`) where a CPU would run its own kernels or, with a mask that takes a gradient
+    (the relative bias in training), decompose into the math path, whose softmax kernels inductor then
+    generates in the graph. As on a GPU: no mask -> flash attention; a mask -> memory-efficient
+    attention, the mask expanded to (B, H, T, S) (a boolean one made additive first), its gradient
+    returned at that size and summed back by the graph."""
+    import torch.nn.functional as F
+
+    efficient, flash = _gpu_sdpa_ops()
+    saved = F.scaled_dot_product_attention
+    # closures only, no global of this module: dynamo resolves a traced function's globals by importing
+    # its module, which a script loaded from its path (the tests' load_script) is not
+    zeros, boolean = torch.zeros, torch.bool
+
+    def as_on_a_gpu(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                    enable_gqa=False):
+        if query.is_cuda or enable_gqa:
+            return saved(query, key, value, attn_mask=attn_mask, dropout_p=dropout_p, is_causal=is_causal,
+                         scale=scale, enable_gqa=enable_gqa)
+        B, H, T, D = query.shape
+        scale = D ** -0.5 if scale is None else scale
+        if attn_mask is None:
+            return flash(query, key, value, float(dropout_p), bool(is_causal), float(scale))[0]
+        if attn_mask.dtype == boolean:  # True: attend
+            attn_mask = zeros(attn_mask.shape, dtype=query.dtype, device=query.device).masked_fill(
+                ~attn_mask, float("-inf"))
+        mask = attn_mask.expand(B, H, T, key.size(2))
+        return efficient(query, key, value, mask, float(dropout_p), bool(is_causal), float(scale))[0]
+
+    F.scaled_dot_product_attention = as_on_a_gpu
+    try:
+        yield
+    finally:
+        F.scaled_dot_product_attention = saved
 
 
 class _LaunchWhenTraced:

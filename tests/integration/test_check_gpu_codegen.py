@@ -195,3 +195,32 @@ def test_traffic_needs_one_shape(capsys):
     with pytest.raises(SystemExit):
         codegen.main(["--shapes", "1x8/4", "2x8/4", "--traffic"])
     assert "--traffic estimates one step: give one shape" in capsys.readouterr().err
+
+
+def test_sdpa_is_a_gpus_kernel_in_the_graphs():
+    """SDPA with a mask that takes a gradient (the relative bias in training): a CPU decomposes it
+    into the math path, whose softmax and its backward inductor then generates; a GPU runs one
+    memory-efficient attention kernel, which returns the mask's gradient at full (B, H, T, S) size for
+    the graph to sum back to the bias's shape. The check must generate what a GPU gets: no softmax
+    kernel, and one kernel reducing the full-size mask gradient over the batch."""
+    codegen = _codegen_or_skip()
+    B, H, T, D = 4, 2, 64, 16
+
+    def step(q, k, v, bias):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, attn_mask=bias).float().sum()
+
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    bias = torch.randn(1, H, T, T, requires_grad=True)
+    with codegen.gpu_codegen_on_cpu(estimate_bytes=True) as kernels:
+        torch.compile(step)(q, k, v, bias).backward()
+    assert kernels and not any("softmax" in name for name in kernels), list(kernels)
+    assert bias.grad is not None and bias.grad.shape == bias.shape
+    full = B * H * T * T * 4  # fp32 here: the kernel's mask gradient, read once by the sum over the batch
+    assert any(gigabytes * 1e9 >= full for gigabytes, _, _, name in kernels.traffic() if "sum" in name), \
+        kernels.traffic()
+
+    # a mask-free call is flash attention: opaque, nothing generated for it
+    with codegen.gpu_codegen_on_cpu() as kernels:
+        out = torch.compile(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))(q, k, v)
+    assert out.shape == (B, H, T, D) and out.transpose(1, 2).is_contiguous()  # (B, T, H, D) memory, as a GPU's
+    assert not any("softmax" in name for name in kernels), list(kernels)
