@@ -204,8 +204,8 @@ class AdamWScale(torch.optim.Optimizer):
         step = torch.full((), float(t), dtype=torch.float32, device=device)
         factor = _device_scalar(1.0 if grad_factor is None else grad_factor, device)  # always a tensor: one graph
         update(ps, [p.grad for p in ps], [s["exp_avg"] for s in states], [s["exp_avg_sq"] for s in states],
-                         [p.numel() ** -0.5 for p in ps], lr, step, factor, beta1, beta2, group["eps"],
-                         group["rms_floor"], group["weight_decay"])
+               [p.numel() ** -0.5 for p in ps], lr, step, factor, beta1, beta2, group["eps"],
+               group["rms_floor"], group["weight_decay"])
         if first:
             logger.info("adamw_scale (compiled=true): the update compiled and ran in %.1f s",
                         time.perf_counter() - start)
