@@ -9,9 +9,12 @@ tensors instead (its ``cpu_backend="triton"``, with the GPU's lowering of small 
 stubs the two calls that need a Triton GPU driver: the backend's hash, and the compile of each
 kernel's source. The graphs are traced, partitioned, lowered, scheduled and fused as they would be
 for a GPU, and each kernel's source is generated; no kernel runs, so the losses and gradients are
-garbage, and only the compilation is checked. What stays CPU-specific is the dispatch before
-inductor: SDPA on CPU tensors is the CPU's fused attention op, not the GPU's memory-efficient
-kernel, and the triton attention backend falls back to SDPA on a CPU.
+garbage, and only the compilation is checked. Where inductor's heuristics ask whether a node is on a
+CPU (what to store rather than recompute, loop reordering for fusion) they get a GPU's answer, and
+SDPA on CPU tensors is one opaque op standing for the GPU's flash or memory-efficient kernel
+(`sdpa_as_on_a_gpu`), not the CPU's kernels or math decomposition; the triton attention backend, which
+falls back to SDPA on a CPU, is put in the graphs as on sm90 by ``--backends triton``. ``--traffic``
+adds the memory traffic of inductor's kernels in one step, from its own per-kernel estimates.
 
 Run it with the GPU host's torch (2.11 on 2026-11-27: a virtualenv with ``torch==2.11.0`` and this
 checkout installed by ``PYTHON=<its python> bash scripts/install.sh``) before spending device time:
