@@ -329,10 +329,11 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
     if name == "sdpa-prebuilt":
         # the dense (1, H, T, S) bias with the masks folded in, built once outside the timed call, as a
         # stack builds it once for all its layers; the call returns the dense tensor's gradient, and the
-        # reduction of that gradient to the table (once per stack in the model) is left out
-        folded, fpad, fcausal = ab.fold_masks("sdpa", table(length, length), pad, False, dtype=dtype,
-                                              dropout_p=dropout)
-        dense = folded.detach().requires_grad_(backward)
+        # reduction of that gradient to the table (per layer in the model: `TappedMask`) is left out
+        with torch.no_grad():
+            folded, fpad, fcausal = ab.fold_masks("sdpa", table(length, length), pad, False, dtype=dtype,
+                                                  dropout_p=dropout)
+        dense = folded.requires_grad_(backward)
 
         def run_prebuilt():
             out = ab.attention(*leaves, bias=dense, key_padding_mask=fpad, causal=fcausal, dropout_p=dropout,

@@ -510,7 +510,8 @@ class FoldedBias:
         ``model.compile_scope=layers`` marks dynamic with a layer call's own tensor arguments (left to
         torch's automatic dynamic shapes, the key padding mask's batch size made one more graph of the
         encoder layer at the first new batch size)."""
-        return [t for t in (self.key_padding_mask, self.dense) if torch.is_tensor(t)]
+        dense = self.dense.varying_tensors() if isinstance(self.dense, TappedMask) else [self.dense]
+        return [t for t in (self.key_padding_mask, *dense) if torch.is_tensor(t)]
 
     def triton_inputs(self):
         """The `triton_rpe_attention.SharedInputs` of this stack's layers (padding counts and bias
@@ -539,10 +540,10 @@ class FoldedBias:
             self._has_block_mask = True
         return self._block_mask
 
-    def dense_mask(self, dtype) -> torch.Tensor:
-        """(1 or B, H, T, S) bias with the masks folded in (built now if not held; kept for the
-        next layers only outside autograd and compile, where caching cannot upset activation
-        checkpointing)."""
+    def dense_mask(self, dtype) -> Union[torch.Tensor, "TappedMask"]:
+        """(1 or B, H, T, S) bias with the masks folded in, a `TappedMask` when it takes a gradient
+        (built now if not held; kept for the next layers only outside autograd and compile, where
+        caching cannot upset activation checkpointing)."""
         if self.dense is not None:
             return self.dense
         dense = _fold_dense(self.rel.dense(), self.key_padding_mask, self.causal, dtype)
@@ -551,7 +552,7 @@ class FoldedBias:
         return dense
 
 
-BiasLike = Union[torch.Tensor, RelativeBias, FoldedBias]
+BiasLike = Union[torch.Tensor, RelativeBias, FoldedBias, "TappedMask"]
 
 
 def resolve_backend(backend: str, device: torch.device, has_bias: bool, dtype: torch.dtype = torch.float32,
@@ -586,12 +587,96 @@ def compute_dtype(x: torch.Tensor) -> torch.dtype:
 
 
 def _fold_dense(bias, key_padding_mask, causal, dtype):
+    """The dense bias with the masks folded in: a `TappedMask` when a (1, H, T, S) bias takes a
+    gradient (training), else the tensor."""
+    if torch.is_grad_enabled() and bias.requires_grad and bias.size(0) == 1:
+        folded = _fold_dense(bias.detach(), key_padding_mask, causal, dtype)
+        # the layers' shares are summed in float32 (a bf16 model's table: rounded once, after the sum)
+        return TappedMask(bias if bias.dtype in (torch.float32, torch.float64) else bias.float(), folded)
     if dtype is not None:
         bias = bias.to(dtype)
     masked = _boolean_mask(key_padding_mask, causal, bias.size(-2), bias.size(-1), bias.device)
     if masked is not None:
         bias = bias.masked_fill(masked, _mask_value(bias.dtype))
     return bias
+
+
+@torch.library.custom_op("ast_t5::sum_over_batch", mutates_args=())
+def sum_over_batch(grad: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``grad`` (B, ...) summed over its first dimension into ``dtype``, keeping it: (1, ...). An op
+    of its own, which torch.compile runs where the graph calls it and fuses with nothing
+    (`TappedMask`)."""
+    return grad.sum(0, keepdim=True, dtype=dtype).contiguous()
+
+
+@sum_over_batch.register_fake
+def _(grad, dtype):
+    return grad.new_empty((1, *grad.shape[1:]), dtype=dtype)
+
+
+class _BiasGradTap(torch.autograd.Function):
+    """(bias (1, H, T, S), folded mask (1 or B, H, T, S) built from it, detached, batch) -> the
+    folded mask, expanded to the batch; backward: the mask's gradient summed over the batch, at once,
+    by `sum_over_batch`, is the bias's."""
+
+    @staticmethod
+    def forward(ctx, bias, folded, batch):
+        ctx.dtype = bias.dtype
+        if folded.size(0) != batch:
+            return folded.expand(batch, *folded.shape[1:])
+        return folded.view_as(folded)
+
+    @staticmethod
+    def backward(ctx, grad):
+        if grad.size(0) == 1:
+            return grad.to(ctx.dtype), None, None
+        return torch.ops.ast_t5.sum_over_batch(grad, ctx.dtype), None, None
+
+
+class TappedMask:
+    """A stack's dense mask (the (1, H, T, S) bias with its padding and causal masks folded in) for
+    layers whose bias takes a gradient: each call reads the same folded tensor, and its gradient
+    reaches the bias summed over the batch by that call, at once (`_BiasGradTap`).
+
+    Why: with the folded mask a plain tensor of the graph, its gradient is the sum of the layers'
+    (B, H, T, S) gradients (SDPA's memory-efficient kernel returns the mask's gradient at full
+    size), masked, then summed over the batch. Eager autograd adds them up one by one (a pass that
+    reads two and writes one, 11 times for 12 layers), then masks the sum (one more): about 24 passes
+    over a layer's gradient that this skips (4.8 GB at T5-base's B32 x 512, the eager step's
+    shape). Under torch.compile inductor made one kernel of the adds, the masking and the batch sum
+    (5.6 GB per B64 x 512 update in its estimate; 4.8 GB read by the 12 sums instead). Each layer's
+    gradient is read once, by `sum_over_batch`, an opaque op: written in the graph, inductor merged
+    the per-layer sums back into one kernel at the end (BENCHMARKS.md, "The GPU's heuristics, and the
+    traffic of inductor's kernels"). The compiled update's peak memory is the same either way
+    (inductor's memory planning already ran that kernel where freed activations made room).
+
+    The bias's gradient is the sum of SDPA's gradients of the mask, whose masked entries hold 0
+    (probability 0) on every row with a key to attend to; the folded tensor's masking (masked_fill)
+    zeroed them again, a full pass this sum skips. The two differ only where a loss depends on the
+    output of a row whose every key is masked (causal queries before a left padding's end, a sample
+    of padding only): uniform attention there, whose mask gradient the sum keeps. Such rows are
+    padding, which the model's losses never read. Build it with `fold_masks`; `attention` takes it
+    as the ``bias``.
+    """
+
+    def __init__(self, bias: torch.Tensor, mask: torch.Tensor):
+        self.bias = bias
+        self.mask = mask
+
+    def varying_tensors(self) -> list:
+        """The tensors whose sizes follow the batch and lengths (`FoldedBias.varying_tensors`)."""
+        return [self.mask, self.bias]
+
+    def for_call(self, batch: int) -> torch.Tensor:
+        """The folded mask of one attention call of ``batch`` samples, tapped (`_BiasGradTap`).
+
+        Under torch.compile a (1, H, T, S) mask is expanded to the batch before SDPA sees it, so that
+        its gradient arrives here per sample (inductor aligns the mask's strides for SDPA and keeps
+        expanded dimensions expanded). Eager calls leave it as is: SDPA expands it itself, and
+        autograd sums that expansion's gradient over the batch in the call's own backward (while an
+        expanded mask whose S is not a multiple of 8 SDPA would pad at full size, B copies)."""
+        expand = self.mask.size(0) == 1 and torch.compiler.is_compiling()
+        return _BiasGradTap.apply(self.bias, self.mask, batch if expand else self.mask.size(0))
 
 
 def stack_block_mask(backend: str, key_padding_mask: Optional[torch.Tensor], causal: bool, q_len: int,
@@ -618,7 +703,9 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
     """Prepare a stack's bias and masks once, for every layer, in the form its backend takes.
 
     - ``torch``/``sdpa``/``flash`` (and ``auto`` on CPU): padding and causal masks folded into one
-      dense (1 or B, H, T, S) bias, cast to ``dtype`` with masked entries at its lowest finite value.
+      dense (1 or B, H, T, S) bias, cast to ``dtype`` with masked entries at its lowest finite value;
+      a `TappedMask` holding it when the bias takes a gradient (each layer's share of the gradient
+      then reaches the bias summed over the batch at once).
     - ``fused``: the dense bias, masks unchanged (the kernel broadcasts them itself).
     - ``flex``: a `FoldedBias` (bias per distance + block mask); no dense bias is built.
     - ``triton``: a `FoldedBias` (bias per distance + the masks the kernel applies itself).
@@ -672,7 +759,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     Args:
         q: (B, H, T, D) queries; k, v: (B, H, S, D). float32/float16/bfloat16 (float64: torch/sdpa).
         bias: optional additive bias: a (1 or B, H, T, S) tensor, a `RelativeBias`, or the
-            `FoldedBias` that `fold_masks` makes (it carries the masks; pass no others with it).
+            `FoldedBias` or `TappedMask` that `fold_masks` makes (it carries the masks; pass no
+            others with it).
         key_padding_mask: optional (B, S) bool, True at padded keys.
         causal: forbid keys after the query (requires T == S).
         dropout_p: attention-probability dropout (pass 0.0 in eval mode).
@@ -686,6 +774,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     """
     if causal and q.size(2) != k.size(2):
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
+    if isinstance(bias, TappedMask):
+        bias = bias.for_call(q.size(0))
     if backend == "triton" and bias is None and key_padding_mask is not None:
         from . import triton_rpe_attention
 
@@ -716,6 +806,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if backend == "triton":
             return _triton(q, k, v, bias, dropout_p, scale, packed_qkv)
         bias = bias.dense_mask(q.dtype)
+        if isinstance(bias, TappedMask):
+            bias = bias.for_call(q.size(0))
     if backend == "flash":
         out = _flash(q, k, v, key_padding_mask, causal, dropout_p, scale)
         if out is not None:

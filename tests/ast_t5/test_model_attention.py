@@ -95,6 +95,141 @@ def test_folded_masks_give_the_same_attention(case):
         assert (out - ref).abs().max() < 1e-10
 
 
+def _untapped_fold(bias, pad, causal, dtype=None):
+    """The folded mask as a plain tensor of the graph: what `fold_masks` returned before `TappedMask`."""
+    bias = bias if dtype is None else bias.to(dtype)
+    masked = ab._boolean_mask(pad, causal, bias.size(-2), bias.size(-1), bias.device)
+    return bias if masked is None else bias.masked_fill(masked, ab._mask_value(bias.dtype))
+
+
+def _stack(folded, q, k, v, backend, layers=3):
+    x = q
+    for _ in range(layers):
+        x = ab.attention(x, k, v, bias=folded, backend=backend)
+    return x
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "torch"])
+@pytest.mark.parametrize("with_padding,causal", [(True, False), (False, False), (True, True), (False, True)])
+def test_a_stacks_tapped_mask_gives_the_bias_the_folded_masks_gradient(backend, with_padding, causal):
+    """Layers sharing a `TappedMask` compute what layers sharing the folded tensor compute, and each
+    layer's share of the mask's gradient reaches the table, summed over the batch by that layer.
+    The loss leaves out the rows with no key to attend to (causal queries before the left padding's
+    end), as every loss of the model does (they are padding): there the two differ by design."""
+    torch.manual_seed(0)
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=not causal).double()
+    q, k, v, _, pad = make_inputs(torch.float64, 11, 11, False, with_padding, batch=3)
+    live = torch.ones(3, 1, 11, 1, dtype=torch.float64)
+    if with_padding and causal:
+        live[1, :, :2] = 0  # make_inputs pads sample 1's first two keys: its first two causal rows see none
+    results = []
+    for tapped in (True, False):
+        rel = module(11, 11)
+        if tapped:
+            folded, fpad, fcausal = ab.fold_masks(backend, rel, pad, causal)
+            assert isinstance(folded, ab.TappedMask) and fpad is None and fcausal is False
+        else:
+            folded = _untapped_fold(rel.dense(), pad, causal)
+        out = _stack(folded, q, k, v, backend)
+        results.append((out, torch.autograd.grad((out * live).square().sum(), (q, k, v, module.embedding.weight))))
+    (out, grads), (ref, ref_grads) = results
+    assert torch.equal(out, ref)
+    for g, r in zip(grads, ref_grads):
+        assert (g - r).abs().max() <= 1e-12 * r.abs().max()
+    assert grads[3].abs().sum() > 0
+
+
+def test_a_bf16_tables_tapped_gradient_is_summed_in_float32():
+    """A bf16 model's (1, H, T, S) bias: the layers' shares are summed over the batch and added up in
+    float32, then rounded once, as the folded tensor's fused sum did (not rounded per layer)."""
+    torch.manual_seed(0)
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True).to(torch.bfloat16)
+    q, k, v, _, pad = make_inputs(torch.bfloat16, 40, 40, False, True, batch=4)
+    folded, _, _ = ab.fold_masks("sdpa", module(40, 40), pad, False, dtype=torch.bfloat16)
+    assert folded.bias.dtype == torch.float32 and folded.mask.dtype == torch.bfloat16
+    grad_table = torch.autograd.grad(_stack(folded, q, k, v, "sdpa").float().sum(), module.embedding.weight)[0]
+    exact_module = RelativePositionBias(HEADS, 32, 128, bidirectional=True).double()
+    exact_module.load_state_dict(module.state_dict())
+    exact = _untapped_fold(exact_module(40, 40).dense(), pad, False)
+    with torch.no_grad():  # the same bf16 inputs, in fp64
+        q64, k64, v64 = (t.double() for t in (q, k, v))
+    exact_grad = torch.autograd.grad(_stack(exact, q64, k64, v64, "sdpa").sum(), exact_module.embedding.weight)[0]
+    assert grad_table.dtype == torch.bfloat16
+    assert (grad_table.double() - exact_grad).abs().max() <= 0.02 * exact_grad.abs().max()
+
+
+class _FullSizeOps(torch.utils._python_dispatch.TorchDispatchMode):
+    """The aten ops whose output has ``shape``, and the calls of `ab.sum_over_batch`."""
+
+    def __init__(self, shape):
+        super().__init__()
+        self.shape, self.full, self.sums = tuple(shape), [], 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func is torch.ops.ast_t5.sum_over_batch.default:
+            self.sums += 1
+        elif torch.is_tensor(out) and tuple(out.shape) == self.shape and func.__name__.split(".")[0] in (
+                "add", "add_", "masked_fill", "sum"):
+            self.full.append(func.__name__)
+        return out
+
+
+def test_each_layer_reads_its_mask_gradient_once_and_nothing_adds_them_at_full_size():
+    """Eager backward of a 3-layer stack: the tapped mask's gradient is read once per layer by
+    `sum_over_batch`, and no (B, H, T, S) gradient is added to another or masked; the folded tensor's
+    are (autograd adds the layers' gradients one by one, then masks the sum)."""
+    torch.manual_seed(0)
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    q, k, v, _, pad = make_inputs(torch.float32, 24, 24, False, True, batch=3)
+    full = (3, HEADS, 24, 24)
+    for tapped in (True, False):
+        rel = module(24, 24)
+        folded = ab.fold_masks("sdpa", rel, pad, False)[0] if tapped else _untapped_fold(rel.dense(), pad, False)
+        out = _stack(folded, q, k, v, "sdpa")
+        with _FullSizeOps(full) as ops:
+            torch.autograd.grad(out.sum(), module.embedding.weight)
+        if tapped:
+            assert ops.sums == 3 and ops.full == [], ops.full
+        else:
+            assert ops.sums == 0 and len(ops.full) >= 2, ops.full
+
+
+def test_tapped_masks_compile_to_the_eager_gradients():
+    """torch.compile (inductor, this CPU) of a 2-layer stack with padding: the table's gradient equals eager's."""
+    torch.manual_seed(0)
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    q, k, v, _, pad = make_inputs(torch.float32, 16, 16, False, True, batch=3)
+
+    def step(q, k, v, pad):
+        folded, _, _ = ab.fold_masks("sdpa", module(16, 16), pad, False)
+        return _stack(folded, q, k, v, "sdpa", layers=2).square().sum()
+
+    torch._dynamo.reset()
+    grads = []
+    for fn in (step, torch.compile(step, fullgraph=True)):
+        grads.append(torch.autograd.grad(fn(q, k, v, pad), (q, module.embedding.weight)))
+    for g, r in zip(*grads):
+        assert (g - r).abs().max() <= 1e-5 * r.abs().max()
+
+
+def test_fold_masks_taps_only_a_bias_that_takes_a_gradient():
+    module = RelativePositionBias(HEADS, 32, 128, bidirectional=True)
+    pad = torch.zeros(2, 9, dtype=torch.bool)
+    pad[0, -2:] = True
+    tapped, _, _ = ab.fold_masks("sdpa", module(9, 9), pad, causal=False)
+    assert isinstance(tapped, ab.TappedMask) and tapped.mask.shape == (2, HEADS, 9, 9)
+    assert tapped.bias.shape == (1, HEADS, 9, 9) and not tapped.mask.requires_grad
+    assert tapped.varying_tensors() == [tapped.mask, tapped.bias]
+    with torch.no_grad():
+        plain, _, _ = ab.fold_masks("sdpa", module(9, 9), pad, causal=False)
+    assert torch.is_tensor(plain) and torch.equal(plain, tapped.mask)
+    frozen = torch.randn(1, HEADS, 9, 9)  # a bias that takes no gradient
+    assert torch.is_tensor(ab.fold_masks("sdpa", frozen, pad, causal=False)[0])
+    per_sample = torch.randn(2, HEADS, 9, 9, requires_grad=True)  # (B, H, T, S): nothing to sum
+    assert torch.is_tensor(ab.fold_masks("sdpa", per_sample, pad, causal=False)[0])
+
+
 def test_fused_backend_on_cpu_is_a_clear_error():
     inputs = make_inputs(torch.float32, 4, 4, True, False)
     with pytest.raises(RuntimeError, match="fused.*cannot run"):
@@ -469,7 +604,7 @@ def test_fold_masks_keeps_the_bias_per_distance_for_flex():
     assert folded_pad is None and folded_causal is False
     assert folded.rel.per_distance.shape == (HEADS, 257)
     dense, _, _ = ab.fold_masks("auto", module(9, 9), pad, causal=False)  # CPU: dense, as before
-    assert isinstance(dense, torch.Tensor) and dense.shape == (2, HEADS, 9, 9)
+    assert isinstance(dense, ab.TappedMask) and dense.mask.shape == (2, HEADS, 9, 9)  # the table takes a gradient
 
 
 @pytest.mark.parametrize("sm,dropout,q_len,expected", [
@@ -497,8 +632,8 @@ def test_fold_masks_auto_prepares_only_the_form_of_the_backend_the_table_gives(c
         folded, fpad, fcausal = ab.fold_masks("auto", module(9, 9), pad, causal=False,
                                               dtype=torch.bfloat16, dropout_p=0.0)
     assert seen and seen[0][1:] == (torch.bfloat16, 0.0, True, 9)
-    if choice == "sdpa":
-        assert isinstance(folded, torch.Tensor) and folded.shape == (2, HEADS, 9, 9)
+    if choice == "sdpa":  # the dense mask, tapped: the table takes a gradient
+        assert isinstance(folded, ab.TappedMask) and folded.mask.shape == (2, HEADS, 9, 9)
     else:
         assert isinstance(folded, ab.FoldedBias) and folded.dense is None and folded._flex_dense is None
         assert folded.key_padding_mask is pad and fpad is None and fcausal is False
@@ -916,11 +1051,13 @@ def test_folded_bias_builds_its_dense_fallback_lazily_and_caches_it_only_without
     with torch.no_grad():
         first = folded.dense_mask(torch.float32)
         assert folded.dense is first and folded.dense_mask(torch.float32) is first
-    expected, _, _ = ab.fold_masks("sdpa", module(9, 9), pad, causal=False)
+    with torch.no_grad():
+        expected, _, _ = ab.fold_masks("sdpa", module(9, 9), pad, causal=False)
     assert torch.equal(first, expected)
     folded, _, _ = ab.fold_masks("flex", module(9, 9), pad, causal=False)
     with_grad = folded.dense_mask(torch.float32)
-    assert with_grad.requires_grad and folded.dense is None  # not cached: checkpoint-safe
+    assert isinstance(with_grad, ab.TappedMask) and torch.equal(with_grad.mask, expected)
+    assert with_grad.bias.requires_grad and folded.dense is None  # not cached: checkpoint-safe
 
 
 @requires_cuda

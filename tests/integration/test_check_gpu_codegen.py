@@ -224,3 +224,45 @@ def test_sdpa_is_a_gpus_kernel_in_the_graphs():
         out = torch.compile(lambda q, k, v: torch.nn.functional.scaled_dot_product_attention(q, k, v))(q, k, v)
     assert out.shape == (B, H, T, D) and out.transpose(1, 2).is_contiguous()  # (B, T, H, D) memory, as a GPU's
     assert not any("softmax" in name for name in kernels), list(kernels)
+
+
+def test_a_stacks_bias_gradient_is_summed_per_layer_not_in_one_kernel_at_the_end():
+    """Three SDPA layers sharing a stack's folded mask (bias + padding, (B, H, T, S)), compiled for a
+    GPU: each layer's full-size mask gradient goes to `sum_over_batch`, an op inductor cannot fuse, so
+    no generated kernel reads several of them. With the folded mask a plain tensor of the graph (as
+    before `TappedMask`), inductor made one kernel adding all three and summing over the batch."""
+    codegen = _codegen_or_skip()
+    from ast_t5.modules import attention_backends as ab
+    from ast_t5.modules.relative_position_bias import RelativePositionBias
+
+    B, H, T, D = 4, 2, 64, 16
+    module = RelativePositionBias(H, 32, 128, bidirectional=True)
+    q, k, v = (torch.randn(B, H, T, D, requires_grad=True) for _ in range(3))
+    pad = torch.zeros(B, T, dtype=torch.bool)
+    pad[0, -5:] = True
+
+    def stack(tapped):
+        def step(q, k, v, pad):
+            rel = module(T, T)
+            if tapped:
+                folded = ab.fold_masks("sdpa", rel, pad, False)[0]
+            else:
+                bias = rel.dense()
+                folded = bias.masked_fill(pad[:, None, None, :], ab._mask_value(bias.dtype))
+            x = q
+            for _ in range(3):
+                x = ab.attention(x, k, v, bias=folded, backend="sdpa")
+            return x.float().sum()
+        return step
+
+    full = B * H * T * T * 4  # bytes of one layer's fp32 (B, H, T, S) mask gradient
+    largest = {}
+    for tapped in (True, False):
+        torch._dynamo.reset()
+        module.zero_grad()
+        with codegen.gpu_codegen_on_cpu(estimate_bytes=True) as kernels:
+            torch.compile(stack(tapped))(q, k, v, pad).backward()
+        assert module.embedding.weight.grad is not None
+        largest[tapped] = max(gigabytes * 1e9 / launches for gigabytes, launches, _, _ in kernels.traffic())
+    assert largest[True] < 2 * full, largest  # no kernel reads two layers' gradients
+    assert largest[False] >= 3 * full, largest  # the untapped graph's one kernel read all three
