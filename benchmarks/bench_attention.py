@@ -137,15 +137,20 @@ TRITON_ROWS = {"triton": {}, "triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": 
                "triton-prebuilt": {},
                "triton-one-loop": {"FAR_LOOPS": "none"},
                "triton-fused-one-loop": {"BACKWARD": "fused", "FAR_LOOPS": "none"},
-               "triton-far": {"FAR_LOOPS": "backward"}, "triton-far-all": {"FAR_LOOPS": "all"},
-               "triton-fused-far": {"BACKWARD": "fused", "FAR_LOOPS": "backward"},
-               "triton-fused-far-all": {"BACKWARD": "fused", "FAR_LOOPS": "all"},
+               "triton-far": {"FAR_LOOPS": "backward", "FAR_LOOPS_MIN_LENGTH": 2},
+               "triton-far-all": {"FAR_LOOPS": "all", "FAR_LOOPS_MIN_LENGTH": 2},
+               "triton-fused-far": {"BACKWARD": "fused", "FAR_LOOPS": "backward", "FAR_LOOPS_MIN_LENGTH": 2},
+               "triton-fused-far-all": {"BACKWARD": "fused", "FAR_LOOPS": "all", "FAR_LOOPS_MIN_LENGTH": 2},
                "triton-bits": {"DROPOUT_MASK": "bits"},
                "triton-tiles": {"BIAS_LAYOUT": "tiles"}}
 DROPOUT_ROWS = ("triton-bits",)  # rows that differ from the triton row only with dropout: n/a without
 TILE_PREFIXES = ("fused", "one-loop", "far", "far-all")  # --triton-blocks prefixes, joined by "+": fused+far:...
 LOOP_PREFIXES = ("one-loop", "far", "far-all")  # FAR_LOOPS none, backward, all: one of them at most
-# triton-far is the triton row's structure (FAR_LOOPS' default since 2026-11-27) named explicitly; triton-far-all
+# the far rows pin the far loops on every call whose programs all have far tiles (T > 2 (M + tile): 384 at sm90's
+# tiles), where the triton row takes them only past 4 (M + tile) (`far_loops_pay`, since 2026-11-27 night: one
+# loop won the T5-base step at 512), so that a run at 512 measures both sides of that rule
+# triton-far is the triton row's structure at 1024 (FAR_LOOPS' default since 2026-11-27) named explicitly;
+# triton-far-all
 # (the forward's far loop too) is a default row since 2026-11-27: the forward is the kernel furthest from the
 # yardstick (0.395 ms against 0.151 on the H200, 2026-11-26), and its far loop is the yardstick's loop
 # triton-fused and triton-one-loop leave the default rows for triton-tiles (2026-11-27: measured on the H200 the day
@@ -587,8 +592,9 @@ def available(name, device, head_dim: int = 64, length: Optional[int] = None,
         if far_loops != "none" and length is not None:
             blocks = tra.resolve_blocks(tuple(int(x) for x in tiles.split("x")) if tiles else
                                         tra.BLOCKS_OVERRIDE or tra.default_blocks(head_dim, device, dtype=dtype))
-            if not tra.far_loops_pay(length, length, MAX_DISTANCE, blocks):
-                return (f"T = {length} is within 2 (M + tile) = {2 * (MAX_DISTANCE + max(blocks[:3]))}: "
+            minimum = TRITON_ROWS[base].get("FAR_LOOPS_MIN_LENGTH", tra.FAR_LOOPS_MIN_LENGTH)
+            if not tra.far_loops_pay(length, length, MAX_DISTANCE, blocks, minimum):
+                return (f"T = {length} is within {minimum} (M + tile) = {minimum * (MAX_DISTANCE + max(blocks[:3]))}: "
                         "the kernels keep one loop there")
     return None
 

@@ -38,7 +38,7 @@ stack's biased attention runs on ``sdpa`` up to 128 queries and on ``flex`` beyo
 <= 128 or longer: at most 4 graphs (5 with ``compile_dynamic=false``), inside torch's recompile
 limit (`MIN_RECOMPILE_LIMIT`, which ``model.compile`` ensures). On sm90 ``auto`` sends every
 call to ``sdpa`` whatever its length: one class. ``attention_backend=triton`` has its own length
-rule, the far loops of its kernels from 2 (max_distance + tile) on (384 on sm90 at T5's 128:
+rule, the far loops of its kernels past 4 (max_distance + tile) (768 on sm90 at T5's 128:
 `triton_rpe_attention.far_loops_pay`), so the same 2 x 2 classes. Each class's first forward has
 its inputs marked dynamic (the first forward of every length bucket is), so its first graph serves
 the whole class. With ``compile_scope=layers`` each layer class has
@@ -88,7 +88,7 @@ class AstT5Model(FairseqEncoderDecoderModel):
         # nothing, and in the first forward of every (source, target) length bucket (`_seen_lengths`).
         # The marks only shape what dynamo traces: a dynamic graph takes unmarked inputs of any size.
         # A length class of its own (a guard of the traced code on a length: the triton backend's far
-        # loops from 2 (max_distance + tile) on, `triton_rpe_attention.far_loops_pay`) compiles at its
+        # loops past 4 (max_distance + tile), `triton_rpe_attention.far_loops_pay`) compiles at its
         # first bucket, which is marked, so its first graph is already dynamic (unmarked, it was static,
         # and the next bucket of the class compiled again).
         self._mark_inputs = True

@@ -40,9 +40,11 @@
   masked kernel and 3.01 for varlen flash (2026-11-26, BENCHMARKS.md). Unpadded bias-free calls use
   ``flash`` (1.08 ms against the yardstick's 1.23). Calls it cannot take (no triton, CPU tensors
   without TRITON_INTERPRET=1 at import, a dense bias, cached decoding with queries offset from the keys,
-  fp64) go to ``sdpa``, logged once. Not in `AUTO_TABLE`: its kernels alone beat SDPA's on an H200,
-  but the T5-base step ran slower with it than with ``sdpa`` (2026-11-26; a run of 2026-11-25, on
-  the kernels of the day before, had it 2% faster).
+  fp64) go to ``sdpa``, logged once. Not in `AUTO_TABLE` yet: its kernels alone beat SDPA's on an
+  H200, and the eager T5-base step (B32 x 512/128) went from slower than ``sdpa`` (2026-11-26) to
+  even with it (2026-11-27: 76.9 ms against 76.8), and 7% faster with one loop at 512 tokens (71.6
+  ms; its default there since, `triton_rpe_attention.far_loops_pay`). The recipes compile the model,
+  where it is not measured yet (`scripts/gpu_check.sh`'s bench_train_variants decides the sm90 row).
 - ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
   choice is logged once. On CPU and on sm90 (H100, H200): ``sdpa`` (as measured by
   benchmarks/bench_model.py).
@@ -120,7 +122,11 @@ class AutoRule(NamedTuple):
 # padded bias-free calls 2.37 ms on SDPA's masked kernel against 3.01 on varlen flash (whose unpadding
 # costs the host 2.8 ms), unpadded 0.71 against 1.08. The triton kernels' GPU time beats SDPA's there
 # (padded: 1.34 ms in a CUDA graph against 2.18), not the host's time to issue a call (2.03 ms against
-# 0.84), which the eager step pays 24 times per pass: a likely reason, not yet profiled.
+# 0.84), which the eager step pays 24 times per pass: a likely reason, not yet profiled. The next run (H200,
+# 2026-11-27, after the bias gradient's fix and the host work; BENCHMARKS.md "The fix on the GPU"), B32 x
+# 512/128 eager: sdpa 76.8 ms, triton 76.9, triton with one loop 71.6 (the triton default at 512 since), flash
+# 85.1, flex 98.2 at dropout 0; sdpa 87.4, triton 83.8, one loop 81.0 at 0.1. The row stays sdpa until the
+# compiled trainer (what the recipes run) is measured on triton beside it: bench_train_variants.
 # Other GPUs are not measured; their rows come from the issue's H100 figures, taken before the H200's
 # step: the attention alone (B16 H12 T=S=1024 D64 bf16, fwd+bwd incl. bias grad) eager 6.60 ms, fused
 # 4.53 (p=0) / 4.73 (p=0.1), SDPA with the bias as mask 2.62, Flex with the bias 1.52; the compiled

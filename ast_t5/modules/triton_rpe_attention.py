@@ -148,14 +148,16 @@ least one tile: a loop that may run none made ptxas serialize the kernel's matri
 (C7515), so a program with no far tile runs one tile whose bias is -inf, which adds nothing
 (`_far_walk`), and an empty band span takes a far tile (the band loop computes any tile right).
 Such programs are rare on the calls that take the far loops (`far_loops_pay`: both axes longer than
-2 (M + tile)); shorter calls keep one loop. The spans are computed in whole tiles (`_far_spans`),
-so that the compiler knows every bound a multiple of the step: computed as element indices, the
-band loops recomputed every bias address. The cost: two pipelined loops hold more registers; in
-the forward, 161 instead of 128 at sm90's default tiles (3 programs per SM instead of 4; 2 instead
-of 3 with key padding), which is why "backward" (the dK/dV and dQ kernels) is a choice of its own.
-On the H200 (2026-11-26, B16 H12 T=S=1024 D64 bf16, fwd+bwd) "backward" took 1.575 ms against one
-loop's 1.934, 2.232 against 2.586 with dropout 0.1, and 1.13 against 1.34 ms of GPU time padded
-(a CUDA graph's replay), hence the default; "all" is not measured yet.
+4 (M + tile); every program has far tiles past 2 (M + tile)); shorter calls keep one loop. The spans
+are computed in whole tiles (`_far_spans`), so that the compiler knows every bound a multiple of the
+step: computed as element indices, the band loops recomputed every bias address. The cost: two
+pipelined loops hold more registers; in the forward, 161 instead of 128 at sm90's default tiles (3
+programs per SM instead of 4; 2 instead of 3 with key padding), which is why "backward" (the dK/dV
+and dQ kernels) is a choice of its own. On the H200 (2026-11-26, B16 H12 T=S=1024 D64 bf16,
+fwd+bwd) "backward" took 1.575 ms against one loop's 1.934, 2.232 against 2.586 with dropout 0.1,
+and 1.13 against 1.34 ms of GPU time padded (a CUDA graph's replay), hence the default; "all" is
+not measured yet. At 512 tokens one loop made the T5-base step faster (2026-11-27), hence the length
+rule.
 
 Bias tiles (`BIAS_LAYOUT` = "tiles", or AST_T5_TRITON_BIAS_LAYOUT=tiles; not the default until measured).
 A tile's bias depends only on its first key minus its first query, so a head has few distinct tiles (7 at
@@ -1133,8 +1135,8 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # tiles whose distances all clamp to -M, those crossing the band (-M, M), and those that all clamp to M. The
 # outer loops add the clamped bias as a scalar, so they neither gather a bias tile nor stage it through
 # shared memory (at 64 x 64 tiles and M = 128, 5 of a row's 16 key tiles cross the band at T = 1024, 5 of
-# 32 at 2048), and the dQ kernel's table gradient takes no branch per tile there. Each loop runs at least
-# one tile (`_far_walk`), so calls shorter than 2 (M + tile) keep one loop (`far_loops_pay`).
+# 32 at 2048), and the dQ kernel's table gradient takes no branch per tile there. Calls up to 4 (M + tile)
+# keep one loop (`far_loops_pay`: 768 tokens at M = 128 and sm90's 64-token tiles).
 # - "none": one loop everywhere (the default until 2026-11-27);
 # - "backward" (the default): the dK/dV and dQ kernels (sm90 D 64, Triton 3.6, `compile_triton_rpe.py --far-loops`: dQ
 #   26.3 -> 13.2 instructions per element on far tiles, 25.2 on band tiles; dK/dV 17.0 -> 15.2 far, 17.0
@@ -1145,8 +1147,10 @@ BACKWARD = os.environ.get("AST_T5_TRITON_BACKWARD", "split")
 # Measured on the H200 (2026-11-26, B16 H12 T=S=1024 D64 bf16, fwd+bwd; `bench_attention.py`'s row
 # triton-far then, triton now, against the one-loop row, triton-one-loop now): "backward" 1.575 ms
 # against 1.934, 2.232 against 2.586 at dropout 0.1, padded 2.380 against 2.511 (GPU time in a CUDA
-# graph 1.13 against 1.34), hence the default. "all" (the forward's far loop) is not measured yet.
-# Under torch.compile the length rule is a guard: calls past 2 (M + tile) are a class of graphs of their
+# graph 1.13 against 1.34), hence the default. "all" (the forward's far loop) is not measured yet. At 512
+# tokens the T5-base step (H200, 2026-11-27, eager, B32 x 512/128) was faster with one loop: 71.6 ms
+# against 76.9 at dropout 0, 81.0 against 83.8 at 0.1; hence `far_loops_pay`'s length rule.
+# Under torch.compile the length rule is a guard: calls past 4 (M + tile) are a class of graphs of their
 # own (one more graph per layer class or class pair, `AstT5Model`'s docstring).
 # With the fused backward (`BACKWARD`) the default is "none": with the far loops its dK/dV kernel spilled
 # (BENCHMARKS.md, "Far loops"), and it was measured with one loop (bench_attention's triton-fused row).
@@ -1199,12 +1203,19 @@ def dkdv_far_loops(far_loops: bool, dropout_bits: bool) -> bool:
     return far_loops and not dropout_bits
 
 
-def far_loops_pay(T: int, S: int, M: int, blocks: tuple) -> bool:
+FAR_LOOPS_MIN_LENGTH = 4  # `far_loops_pay`: far loops on calls longer than this many (M + the largest tile)
+
+
+def far_loops_pay(T: int, S: int, M: int, blocks: tuple, min_length: Optional[int] = None) -> bool:
     """Whether `FAR_LOOPS` walks a call's tiles in a far and a band loop: when both axes are longer
-    than 2 (M + the largest tile), so that every program has far tiles. Each loop runs at least one
-    tile (`_far_walk`): on shorter calls the tiles run for empty spans would cost more than the far
-    ones save (no far tile at all at T5's decoder lengths, T <= M)."""
-    reach = 2 * (M + max(blocks[:3]))
+    than `FAR_LOOPS_MIN_LENGTH` (M + the largest tile), 768 tokens at M = 128 and 64-token tiles.
+    Past 2 (M + tile) every program has far tiles (each loop runs at least one, `_far_walk`; T5's
+    decoder lengths, T <= M, have none), but measured on an H200 the far loops lost at 512 tokens
+    (the T5-base step, whose programs have 3-5 far tiles of 8, split in two spans: 7% slower at
+    dropout 0, 3% at 0.1) and won at 1024 (11-16 of 16: the attention call 19% faster); the rule
+    keeps them to calls as long as the winning one's majority of far tiles (BENCHMARKS.md, "Far
+    loops"). ``min_length``: that multiple instead (benchmarks pinning the far loops: 2)."""
+    reach = (FAR_LOOPS_MIN_LENGTH if min_length is None else min_length) * (M + max(blocks[:3]))
     return T > reach and S > reach
 _FALLBACKS_LOGGED = set()
 
