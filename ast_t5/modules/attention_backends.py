@@ -604,7 +604,24 @@ def _fold_dense(bias, key_padding_mask, causal, dtype):
     masked = _boolean_mask(key_padding_mask, causal, bias.size(-2), bias.size(-1), bias.device)
     if masked is not None:
         bias = bias.masked_fill(masked, _mask_value(bias.dtype))
+    if bias.is_cuda and not torch.compiler.is_compiling():
+        bias = _rows_aligned(bias)
     return bias
+
+
+SDPA_MASK_ALIGNMENT = 8  # elements: SDPA's memory-efficient kernel reads masks whose rows are this far apart
+
+
+def _rows_aligned(mask: torch.Tensor) -> torch.Tensor:
+    """``mask`` as a view of a buffer whose last dimension is padded to a multiple of
+    `SDPA_MASK_ALIGNMENT`: eager SDPA pads any other mask in every call before its memory-efficient
+    kernel reads it (a copy of the whole mask per layer, and the copy's backward), so a stack's mask
+    is made aligned once (`fold_masks`; CUDA only, outside torch.compile, where inductor lays the
+    mask out aligned itself). Unchanged when already aligned."""
+    pad = -mask.size(-1) % SDPA_MASK_ALIGNMENT
+    if pad == 0:
+        return mask
+    return F.pad(mask, (0, pad))[..., :mask.size(-1)]
 
 
 @torch.library.custom_op("ast_t5::sum_over_batch", mutates_args=())

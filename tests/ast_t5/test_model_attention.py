@@ -230,6 +230,20 @@ def test_fold_masks_taps_only_a_bias_that_takes_a_gradient():
     assert torch.is_tensor(ab.fold_masks("sdpa", per_sample, pad, causal=False)[0])
 
 
+def test_a_mask_is_laid_out_as_sdpa_reads_it():
+    """`_rows_aligned`: a mask whose last dimension is not a multiple of 8 becomes a view of a padded
+    buffer (rows 16 elements apart here), equal in value and passing its gradient; an aligned one is
+    returned as is."""
+    mask = torch.randn(2, HEADS, 5, 13, requires_grad=True)
+    aligned = ab._rows_aligned(mask)
+    assert torch.equal(aligned, mask) and aligned.stride() == (HEADS * 5 * 16, 5 * 16, 16, 1)
+    assert all(stride % ab.SDPA_MASK_ALIGNMENT == 0 for stride in aligned.stride()[:-1])
+    (aligned * 2).sum().backward()
+    assert torch.equal(mask.grad, torch.full_like(mask, 2.0))
+    even = torch.randn(1, HEADS, 5, 16)
+    assert ab._rows_aligned(even) is even
+
+
 def test_fused_backend_on_cpu_is_a_clear_error():
     inputs = make_inputs(torch.float32, 4, 4, True, False)
     with pytest.raises(RuntimeError, match="fused.*cannot run"):
@@ -775,6 +789,38 @@ def test_flex_forward_and_backward_on_gpu_match_eager_and_reach_the_table(monkey
     names = _kernel_names(lambda: ab.attention(q, k, v, bias=folded, backend="flex").sum().backward())
     assert any("flex" in n or "triton_tem" in n for n in names), names  # inductor's flex templates
     assert not any("fmha" in n or "flash" in n or "efficient" in n for n in names), names  # not SDPA
+
+
+class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
+    def __init__(self):
+        super().__init__()
+        self.names = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.append(func.__name__)
+        return func(*args, **(kwargs or {}))
+
+
+@requires_cuda
+@pytest.mark.parametrize("k_len", [437, 512])
+def test_a_stacks_mask_on_gpu_is_not_padded_again_by_sdpa(k_len):
+    """Eager SDPA pads a mask whose rows are not 8 elements apart in every call; `fold_masks` lays a
+    stack's mask out aligned once, so no call pads it, and the results equal a contiguous mask's."""
+    q, k, v, pad = _cuda_inputs(torch.bfloat16, k_len, k_len)
+    module = RelativePositionBias(4, 32, 128, bidirectional=True).cuda()
+    folded, _, _ = ab.fold_masks("sdpa", module(k_len, k_len), pad, False, dtype=torch.bfloat16)
+    assert all(stride % ab.SDPA_MASK_ALIGNMENT == 0 for stride in folded.mask.stride()[:-1])
+    with _Ops() as ops:
+        out = ab.attention(q, k, v, bias=folded, backend="sdpa")
+    assert "constant_pad_nd" not in " ".join(ops.names), ops.names
+    grads = torch.autograd.grad(out, (q, module.embedding.weight), torch.ones_like(out))
+    contiguous = folded.mask.contiguous()
+    ref = ab.attention(q, k, v, bias=contiguous, backend="sdpa")
+    ref_grad_q = torch.autograd.grad(ref, q, torch.ones_like(ref))[0]
+    assert torch.equal(out, ref)  # the same kernel on the same values
+    # its backward may sum the query gradient in another order (atomic adds): close, not equal
+    assert (grads[0].float() - ref_grad_q.float()).abs().max() <= 1e-2 * ref_grad_q.float().abs().max()
+    assert torch.isfinite(grads[1]).all() and grads[1].abs().sum() > 0
 
 
 @requires_cuda
