@@ -167,15 +167,19 @@ def test_gpu_only_options_without_cuda_are_a_usage_error():
 
 
 def test_the_triton_structure_models_run_the_triton_backend_with_their_structure_switched(monkeypatch):
-    """``triton-fused``, ``triton-one-loop`` and ``triton-bits``: the triton backend with
+    """``triton-fused``, ``triton-one-loop``, ``triton-far`` and ``triton-bits``: the triton backend with
     triton_rpe_attention.BACKWARD = "fused" (one loop per kernel, as measured), with FAR_LOOPS = "none" (the
-    triton model runs the default, the far loops of the backward), and with DROPOUT_MASK = "bits" (with dropout
-    only: without, its kernels are the triton model's), during their own steps only (the other models keep
-    the defaults), compared with auto like any single backend."""
+    triton model runs the default, the far loops of the backward past 4 (M + tile)), with the far loops from
+    2 (M + tile) on (FAR_LOOPS_MIN_LENGTH 2), and with DROPOUT_MASK = "bits" (with dropout only: without, its
+    kernels are the triton model's), during their own steps only (the other models keep the defaults),
+    compared with auto like any single backend. triton-one-loop is not among the default rows (at the
+    default 512 tokens the triton model's kernels are the same)."""
     tra = pytest.importorskip("ast_t5.modules.triton_rpe_attention")
     bench_model = load_benchmark("bench_model", "bench_model_fused")
-    assert {"triton-fused", "triton-one-loop", "triton-bits"} <= set(bench_model.SINGLE_BACKENDS)
-    backends = ["sdpa", "triton", "triton-fused", "triton-one-loop", "triton-bits"]
+    assert {"triton-fused", "triton-one-loop", "triton-far", "triton-bits"} <= set(bench_model.SINGLE_BACKENDS)
+    defaults = bench_model.DEFAULT_GPU_BACKENDS
+    assert "triton-far" in defaults and "triton-one-loop" not in defaults
+    backends = ["sdpa", "triton", "triton-fused", "triton-one-loop", "triton-far", "triton-bits"]
     # the order compare_backends makes steps in, per dropout
     order = ["ours[auto]", *[f"ours[{b}]" for b in backends if b != "triton-bits"],
              "ours[auto]", *[f"ours[{b}]" for b in backends]]
@@ -187,7 +191,7 @@ def test_the_triton_structure_models_run_the_triton_backend_with_their_structure
         step = real_make_step(model, *args)
 
         def run():
-            seen.append((name, tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK))
+            seen.append((name, tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK, tra.FAR_LOOPS_MIN_LENGTH))
             return step()
         return run
 
@@ -201,15 +205,16 @@ def test_the_triton_structure_models_run_the_triton_backend_with_their_structure
                                        [0.0, 0.1], backends, None, False, **SIZES)  # hf=False
     assert made == order
     rows = out["by_dropout"]["dropout 0"]["rows"]
-    assert set(rows) == set(order[:5]) and all(rows[name]["ms"] > 0 for name in order[:5])
-    assert set(out["by_dropout"]["dropout 0.1"]["rows"]) == set(order[5:])
+    assert set(rows) == set(order[:6]) and all(rows[name]["ms"] > 0 for name in order[:6])
+    assert set(out["by_dropout"]["dropout 0.1"]["rows"]) == set(order[6:])
     by_model = {}
     for name, *settings in seen:
         by_model.setdefault(name, set()).add(tuple(settings))
-    default = (tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK)
-    assert by_model["ours[triton-fused]"] == {("fused", "none", default[2])}
-    assert by_model["ours[triton-one-loop]"] == {("split", "none", default[2])}
-    assert by_model["ours[triton-bits]"] == {("split", default[1], "bits")}
+    default = (tra.BACKWARD, tra.FAR_LOOPS, tra.DROPOUT_MASK, tra.FAR_LOOPS_MIN_LENGTH)
+    assert by_model["ours[triton-fused]"] == {("fused", "none", default[2], default[3])}
+    assert by_model["ours[triton-one-loop]"] == {("split", "none", default[2], default[3])}
+    assert by_model["ours[triton-far]"] == {("split", "backward", default[2], 2)} and default[3] == 4
+    assert by_model["ours[triton-bits]"] == {("split", default[1], "bits", default[3])}
     assert by_model["ours[triton]"] == by_model["ours[auto]"]  # the module's defaults: FAR_LOOPS "backward"
     assert by_model["ours[auto]"] == by_model["ours[sdpa]"] == {default}  # the module's defaults
 
