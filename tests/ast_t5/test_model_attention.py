@@ -159,14 +159,16 @@ def test_a_bf16_tables_tapped_gradient_is_summed_in_float32():
 
 
 class _FullSizeOps(torch.utils._python_dispatch.TorchDispatchMode):
-    """The aten ops whose output has ``shape``, and the calls of `ab.sum_over_batch`."""
+    """Every op dispatched (``names``); the adds, masked fills and sums whose output has ``shape``
+    (``full``); the calls of `ab.sum_over_batch` (``sums``)."""
 
-    def __init__(self, shape):
+    def __init__(self, shape=()):
         super().__init__()
-        self.shape, self.full, self.sums = tuple(shape), [], 0
+        self.shape, self.full, self.sums, self.names = tuple(shape), [], 0, []
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
+        self.names.append(func.__name__)
         if func is torch.ops.ast_t5.sum_over_batch.default:
             self.sums += 1
         elif torch.is_tensor(out) and tuple(out.shape) == self.shape and func.__name__.split(".")[0] in (
@@ -791,16 +793,6 @@ def test_flex_forward_and_backward_on_gpu_match_eager_and_reach_the_table(monkey
     assert not any("fmha" in n or "flash" in n or "efficient" in n for n in names), names  # not SDPA
 
 
-class _Ops(torch.utils._python_dispatch.TorchDispatchMode):
-    def __init__(self):
-        super().__init__()
-        self.names = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.append(func.__name__)
-        return func(*args, **(kwargs or {}))
-
-
 @requires_cuda
 @pytest.mark.parametrize("k_len", [437, 512])
 def test_a_stacks_mask_on_gpu_is_not_padded_again_by_sdpa(k_len):
@@ -810,7 +802,7 @@ def test_a_stacks_mask_on_gpu_is_not_padded_again_by_sdpa(k_len):
     module = RelativePositionBias(4, 32, 128, bidirectional=True).cuda()
     folded, _, _ = ab.fold_masks("sdpa", module(k_len, k_len), pad, False, dtype=torch.bfloat16)
     assert all(stride % ab.SDPA_MASK_ALIGNMENT == 0 for stride in folded.mask.stride()[:-1])
-    with _Ops() as ops:
+    with _FullSizeOps() as ops:
         out = ab.attention(q, k, v, bias=folded, backend="sdpa")
     assert "constant_pad_nd" not in " ".join(ops.names), ops.names
     grads = torch.autograd.grad(out, (q, module.embedding.weight), torch.ones_like(out))
