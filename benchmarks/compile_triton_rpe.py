@@ -139,7 +139,7 @@ def _baseline_module():
 
 
 def _signature(fn, dtype, consts):
-    pointers = {"Q", "K", "V", "O", "DO", "DQ", "DK", "DV"}
+    pointers = {"Q", "K", "V", "O", "DO", "DQ", "DKV", "DK", "DV"}  # DK, DV: the yardstick's
     fp32_pointers = {"PD", "LSE", "DELTA", "DTAB", "DQACC", "FAR"}
     sig = {}
     for name in fn.arg_names:
@@ -172,7 +172,9 @@ def call_integers(head_dim: int, length: int, heads: int, keys: int = None, max_
 
     keys = length if keys is None else keys
     rows, off = tra._bias_rows(torch.zeros(1, 2 * max_distance + 1), length, keys, 128)
-    ints = dict(H=heads, T=length, S=keys, D=head_dim, pd_len=rows.size(1), pd_off=off)
+    # dK and dV at their offsets in one buffer (`_gradient_layout`; unpacked: dK, then dV, each (B, H, S, D))
+    ints = dict(H=heads, T=length, S=keys, D=head_dim, pd_len=rows.size(1), pd_off=off, dk_off=0,
+                dv_off=heads * keys * head_dim)
     for tensor in "qkvodga":  # a: the fused backward's fp32 dQ accumulator
         n = keys if tensor in "kv" else length
         ints.update({f"s{tensor}_b": heads * n * head_dim, f"s{tensor}_h": n * head_dim, f"s{tensor}_t": head_dim})

@@ -776,7 +776,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
               bias: Optional[BiasLike] = None,
               key_padding_mask: Optional[torch.Tensor] = None, causal: bool = False,
               dropout_p: float = 0.0, scale: float = 1.0, backend: str = "auto",
-              packed_qkv: Optional[torch.Tensor] = None) -> torch.Tensor:
+              packed_qkv: Optional[torch.Tensor] = None,
+              packed_kv: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Multi-head attention core.
 
     Args:
@@ -792,11 +793,16 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         packed_qkv: optional (B, T, 3, H, D) self-attention projection that q, k, v are the
             ``permute(2, 0, 3, 1, 4).unbind(0)`` of: the triton backend then returns their gradients
             as one tensor of that shape (no stack and copy in the backward); others ignore it.
+        packed_kv: likewise, the (B, S, 2, H, D) key and value projection that k, v are unpacked
+            from (cross-attention; not with packed_qkv).
     Returns:
         (B, H, T, D) tensor in q's dtype.
     """
     if causal and q.size(2) != k.size(2):
         raise ValueError(f"causal attention needs as many queries as keys, got {q.size(2)} and {k.size(2)}")
+    if packed_qkv is not None and packed_kv is not None:
+        raise ValueError("pass packed_qkv (self-attention) or packed_kv (keys and values), not both")
+    packed_qkv = packed_kv if packed_qkv is None else packed_qkv  # the triton backend tells them by shape
     if isinstance(bias, TappedMask):
         bias = bias.for_call(q.size(0))
     if backend == "triton" and bias is None and key_padding_mask is not None:

@@ -75,24 +75,32 @@ class T5MultiheadAttention(nn.Module):
             (B, T, C) tensor.
         """
         bsz, q_len, _ = x.shape
+        packed_qkv = packed_kv = None  # the projection q, k, v (k, v) are views of, for the backend's backward
         if self.self_attention:
             qkv = self.qkv_proj(x).view(bsz, q_len, 3, self.num_heads, self.head_dim)
             q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, T, D)
             if incremental_state is not None:
                 k, v = self._append_to_cache(incremental_state, k, v)
+            else:
+                packed_qkv = qkv
         else:
             q = self.q_proj(x).view(bsz, q_len, self.num_heads, self.head_dim).transpose(1, 2)
-            k, v = self._cross_keys_values(encoder_out, incremental_state)
-        packed = qkv if self.self_attention and incremental_state is None else None
+            if incremental_state is None:
+                packed_kv = self._packed_kv(encoder_out)
+                k, v = packed_kv.permute(2, 0, 3, 1, 4).unbind(0)
+            else:
+                k, v = self._cross_keys_values(encoder_out, incremental_state)
         out = attention(q, k, v, bias=bias, key_padding_mask=key_padding_mask, causal=causal,
                         dropout_p=self.dropout if self.training else 0.0, scale=self.scale,
-                        backend=self.backend, packed_qkv=packed)  # (B, H, T, D)
+                        backend=self.backend, packed_qkv=packed_qkv, packed_kv=packed_kv)  # (B, H, T, D)
         return self.out_proj(out.transpose(1, 2).reshape(bsz, q_len, self.inner_dim))
 
-    def _project_kv(self, states: Tensor) -> Tuple[Tensor, Tensor]:
+    def _packed_kv(self, states: Tensor) -> Tensor:
         bsz, src_len, _ = states.shape
-        kv = self.kv_proj(states).view(bsz, src_len, 2, self.num_heads, self.head_dim)
-        k, v = kv.permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, S, D)
+        return self.kv_proj(states).view(bsz, src_len, 2, self.num_heads, self.head_dim)
+
+    def _project_kv(self, states: Tensor) -> Tuple[Tensor, Tensor]:
+        k, v = self._packed_kv(states).permute(2, 0, 3, 1, 4).unbind(0)  # each (B, H, S, D)
         return k, v
 
     def _cross_keys_values(self, encoder_out: Optional[Tensor],

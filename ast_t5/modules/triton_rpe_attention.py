@@ -761,9 +761,9 @@ if triton is not None:
         return dk, dv, far_lo, far_hi
 
     @triton.jit
-    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DMASK, DO, LSE, DELTA, DK, DV, DQACC, FAR,
+    def _bwd_dkdv_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DMASK, DO, LSE, DELTA, DKV, DQACC, FAR,
                          sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
-                         sg_b, sg_h, sg_t, sa_b, sa_h, sa_t,
+                         sg_b, sg_h, sg_t, sa_b, sa_h, sa_t, dk_off, dv_off,
                          H, T, S, D, pd_len, pd_off, scale, dropout_p,
                          M: tl.constexpr, HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr,
                          BLOCK_N: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr,
@@ -774,7 +774,8 @@ if triton is not None:
         """Works on transposed tiles (keys as rows): S^T = K Q^T, so the left operands of the
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
-        memory, where a transpose is free.
+        memory, where a transpose is free. dK and dV go to one tensor, DKV, at element offsets dk_off and
+        dv_off, with the strides sg_* (`_GradientLayout`: the packed projection's gradient, or two halves).
 
         FUSE_DQ (the ``fused`` backward, `BACKWARD`): also dQ += dS K for each tile, added to the
         fp32 (B, H, T, D) DQACC with relaxed atomic adds (FlashAttention-2's dQ), so that no dQ
@@ -855,8 +856,8 @@ if triton is not None:
             tl.store(out + 1, tl.sum(far_hi, 0))
         dk = dk * scale
         out_offs = b * sg_b + h * sg_h + offs_n[:, None] * sg_t + offs_d[None, :]  # dK, dV: same layout
-        tl.store(DK + out_offs, dk.to(DK.dtype.element_ty), mask=kv_ok)
-        tl.store(DV + out_offs, dv.to(DV.dtype.element_ty), mask=kv_ok)
+        tl.store(DKV + dk_off + out_offs, dk.to(DKV.dtype.element_ty), mask=kv_ok)
+        tl.store(DKV + dv_off + out_offs, dv.to(DKV.dtype.element_ty), mask=kv_ok)
 
     @triton.jit
     def _dq_tiles(lo, stop, far, dq, tab, band, far_lo, far_hi, q, do, lse, delta, t_idx, K, V, pd_rows,
@@ -921,7 +922,7 @@ if triton is not None:
     @triton.jit
     def _bwd_dq_kernel(Q, K, V, PD, KPM, KV_END, PAD_COUNT, SEED, DMASK, DO, O, LSE, DELTA, DQ, DTAB,
                        sq_b, sq_h, sq_t, sk_b, sk_h, sk_t, sv_b, sv_h, sv_t, sd_b, sd_h, sd_t,
-                       sg_b, sg_h, sg_t,
+                       sg_b, sg_h, sg_t, so_b, so_h, so_t,
                        H, T, S, D, pd_len, pd_off, scale, dropout_p,
                        M: tl.constexpr, TAB: tl.constexpr, ROWS: tl.constexpr, ALIGNED: tl.constexpr,
                        HAS_KPM: tl.constexpr, CAUSAL: tl.constexpr, DROPOUT: tl.constexpr, TABLE_GRAD: tl.constexpr,
@@ -934,7 +935,7 @@ if triton is not None:
         ``fused`` backward's band kernel, `BACKWARD`): only the key tiles whose distances do not all
         clamp, for the table gradient alone (no dQ: the dK/dV kernel adds it; the far tiles' sums
         come from there too). DELTA_OUT (the split backward, which runs this kernel first): delta =
-        rowsum(dO o) computed here from O (laid out as DQ) and written to DELTA for the dK/dV kernel;
+        rowsum(dO o) computed here from O (strides so_*) and written to DELTA for the dK/dV kernel;
         otherwise read from DELTA. BAND_STAGES (with BAND_ONLY): the launch's pipeline stages, given to its
         loop explicitly (`_dq_tiles`' LOOP_STAGES). BAND_WEIGHTS: the band tiles' diagonal sums against a
         weight tile (`_band_tile`'s WEIGHTS) where it pays, without dropout (False: never; for
@@ -957,7 +958,7 @@ if triton is not None:
         do = tl.load(DO + b * sd_b + h * sd_h + offs_m[:, None] * sd_t + offs_d[None, :], mask=q_ok, other=0.0)
         lse = tl.load(LSE + bh * T + offs_m, mask=offs_m < T, other=float("inf"))
         if DELTA_OUT:  # one pass over this block's rows of O instead of four PyTorch operations over all of them
-            o = tl.load(O + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :], mask=q_ok, other=0.0)
+            o = tl.load(O + b * so_b + h * so_h + offs_m[:, None] * so_t + offs_d[None, :], mask=q_ok, other=0.0)
             delta = tl.sum(do.to(tl.float32) * o.to(tl.float32), 1)
             tl.store(DELTA + bh * T + offs_m, delta, mask=offs_m < T)
         else:
@@ -1546,6 +1547,26 @@ def _heads_view(flat: torch.Tensor, B: int, H: int, T: int, D: int) -> torch.Ten
     return flat.view(B, T, H, D).transpose(1, 2)
 
 
+def _gradient_layout(n_packed: int, B: int, H: int, T: int, S: int, D: int, dtype, device):
+    """The one flat buffer the dK/dV kernel writes dK and dV into (its DKV), laid out as the gradient the
+    caller's autograd wants: (the buffer, the (b, h, t) strides of dK and dV in it, dK's element offset,
+    dV's). ``n_packed`` 3: the (B, T, 3, H, D) gradient of a packed self-attention projection, whose
+    slot 0 the dQ kernel fills with the same strides; 2: the (B, S, 2, H, D) gradient of a packed key and
+    value projection (cross-attention); 0: dK then dV, each a contiguous (B, H, S, D). One tensor passed
+    whole, not views of it: under torch.compile inductor functionalizes what a user kernel writes, and a
+    flat buffer written by two launches it reinplaces (a view written through is where torch has had
+    silent-correctness bugs: pytorch issue 192510, PR 184050), so compiled graphs get the packed gradient
+    too, with no stack or copy after the kernels."""
+    if n_packed == 3:
+        flat = torch.empty(B * T * 3 * H * D, dtype=dtype, device=device)
+        return flat, (T * 3 * H * D, D, 3 * H * D), H * D, 2 * H * D
+    if n_packed == 2:
+        flat = torch.empty(B * S * 2 * H * D, dtype=dtype, device=device)
+        return flat, (S * 2 * H * D, D, 2 * H * D), 0, H * D
+    flat = torch.empty(2 * B * H * S * D, dtype=dtype, device=device)
+    return flat, (H * S * D, S * D, D), 0, B * H * S * D
+
+
 class _TritonRPEAttention(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, packed, per_distance, pd, pd_dq, pd_dkdv, pd_off, kpm, kv_end, pad_count, causal,
@@ -1554,11 +1575,14 @@ class _TritonRPEAttention(torch.autograd.Function):
         # dK/dV kernels' (`_call_bias_tiles`); None where a kernel reads pd (dynamo refuses an autograd.Function
         # given one tensor as two inputs);
         # kpm, kv_end, pad_count: `_padding_inputs`, or None without padding;
-        # packed: None, or the (B, T, 3, H, D) projection that q, k, v are read from (then None);
+        # packed: None, or the (B, T, 3, H, D) projection that q, k, v are read from (then None), or the
+        # (B, S, 2, H, D) one that k and v are read from (then None; q given);
         # per_distance None: bias-free (pd a placeholder, never read; M only sizes unused constants)
-        ctx.packed = packed is not None
-        if ctx.packed:
+        ctx.n_packed = 0 if packed is None else packed.size(2)
+        if ctx.n_packed == 3:
             q, k, v = unpack_qkv(packed)
+        elif ctx.n_packed == 2:
+            k, v = unpack_qkv(packed)
         B, H, T, D = q.shape
         S = k.size(2)
         has_bias = per_distance is not None
@@ -1616,12 +1640,8 @@ class _TritonRPEAttention(torch.autograd.Function):
         S = k.size(2)
         _, _, block_bwd, _, _, warps, step_bwd, stages = blocks
         do = _as_kernel_input(grad_out)
-        if ctx.packed:  # the three gradients in one tensor shaped as the projection: no stack of them after
-            dqkv = torch.empty(B, T, 3, H, D, dtype=q.dtype, device=q.device)
-            dq_packed, dk, dv = unpack_qkv(dqkv)
-        else:  # contiguous gradients (q, k, v may be views of a fused projection: strides of their own)
-            dk = torch.empty(k.shape, dtype=k.dtype, device=k.device)
-            dv = torch.empty(v.shape, dtype=v.dtype, device=v.device)
+        # packed: the gradients in one tensor shaped as the projection, no stack of them after
+        grads, g_strides, dk_off, dv_off = _gradient_layout(ctx.n_packed, B, H, T, S, D, q.dtype, q.device)
         table_grad = ctx.needs_input_grad[4]  # per_distance
         why = fused_backward_unfit(q.device, D) if BACKWARD == "fused" else None
         fused = BACKWARD == "fused" and why is None
@@ -1641,9 +1661,9 @@ class _TritonRPEAttention(torch.autograd.Function):
             far = torch.empty(B * H, n_key_blocks, 2, dtype=torch.float32, device=q.device) if table_grad \
                 else unused
             delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # the dK/dV kernel runs first
-        else:
-            # laid out as O: the dQ kernel reads O with dQ's strides
-            dq_flat, dq_strides = _time_major(B, H, T, D, q.dtype, q.device)
+        else:  # dQ into the packed gradient's slot 0, else laid out as O
+            dq_flat, dq_strides = (grads, g_strides) if ctx.n_packed == 3 else _time_major(B, H, T, D, q.dtype,
+                                                                                           q.device)
             dq_acc = far = unused
             delta = torch.empty(B * H, T, dtype=torch.float32, device=q.device)  # written by the dQ kernel
         precision = _precision(q.dtype)
@@ -1661,19 +1681,20 @@ class _TritonRPEAttention(torch.autograd.Function):
         def dq_kernel():  # dQ and the table gradient (fused: the band's table gradient alone)
             _bwd_dq_kernel[(n_blocks, B * H)](
                 q, k, v, pd_dq, kpm, kv_end, pad_count, seed, dmask, do, o, lse, delta, unused if fused else dq_flat,
-                dtab, *strides, *(acc_strides if fused else dq_strides),
+                dtab, *strides, *(acc_strides if fused else dq_strides), *o.stride()[:3],
                 H, T, S, D, pd_dq.size(-1), pd_off, scale, dropout_p, TAB=_next_pow2(2 * M + 1), TABLE_GRAD=table_grad,
                 **_band_layout(M, block_bwd, step_bwd), BAND_ONLY=fused, DELTA_OUT=not fused,
                 BAND_STAGES=stages if fused else None, BAND_WEIGHTS=True,
                 BLOCK_M=block_bwd, BLOCK_N=step_bwd, **common)
 
-        if not fused:  # first: it writes delta (O laid out as dQ)
-            assert o.stride()[:3] == dq_strides
+        dq = None
+        if not fused:  # first: it writes delta
             dq_kernel()
-            dq = _heads_view(dq_flat, B, H, T, D)
+            if ctx.n_packed != 3:
+                dq = _heads_view(dq_flat, B, H, T, D)
         _bwd_dkdv_kernel[(n_key_blocks, B * H)](
-            q, k, v, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, dk, dv, dq_acc, far, *strides,
-            *dk.stride()[:3], *acc_strides, H, T, S, D, pd_dkdv.size(-1), pd_off, scale, dropout_p,
+            q, k, v, pd_dkdv, kpm, kv_end, pad_count, seed, dmask, do, lse, delta, grads, dq_acc, far, *strides,
+            *g_strides, *acc_strides, dk_off, dv_off, H, T, S, D, pd_dkdv.size(-1), pd_off, scale, dropout_p,
             BLOCK_N=block_bwd, BLOCK_M=step_bwd, FUSE_DQ=fused, FAR_SUMS=fused and table_grad,
             BAND_Q=block_bwd, BAND_K=step_bwd,
             **dict(common, FAR_LOOPS=dkdv_far_loops(ctx.far_loops, ctx.dropout_bits)))
@@ -1691,18 +1712,22 @@ class _TritonRPEAttention(torch.autograd.Function):
             dq_acc = dq_acc[:, :, :T, :D]
             if scale != 1.0:  # T5 scales nothing
                 dq_acc.mul_(scale)
-            if ctx.packed:
-                dq_packed.copy_(dq_acc)
+            if ctx.n_packed == 3:  # (an aten copy into a view: functionalized as any, unlike a kernel's write)
+                grads.view(B, T, 3, H, D).select(2, 0).copy_(dq_acc.transpose(1, 2))
             else:
                 dq = dq_acc.to(q.dtype, memory_format=torch.contiguous_format)
-        elif ctx.packed:  # the split dQ kernel writes dQ laid out as O
-            dq_packed.copy_(dq)
         rest = (d_table, None, None, None, None, None, None, None, None, None, None, None)
-        return (None, None, None, dqkv, *rest) if ctx.packed else (dq, dk, dv, None, *rest)
+        if ctx.n_packed == 3:
+            return (None, None, None, grads.view(B, T, 3, H, D), *rest)
+        if ctx.n_packed == 2:
+            return (dq, None, None, grads.view(B, S, 2, H, D), *rest)
+        half = B * H * S * D
+        return (dq, grads[:half].view(B, H, S, D), grads[half:].view(B, H, S, D), None, *rest)
 
 
 def unpack_qkv(packed: torch.Tensor):
-    """q, k, v, each (B, H, T, D), as views of a (B, T, 3, H, D) self-attention projection."""
+    """q, k, v, each (B, H, T, D), as views of a (B, T, 3, H, D) self-attention projection (or k, v
+    of a (B, S, 2, H, D) key and value projection)."""
     return packed.permute(2, 0, 3, 1, 4).unbind(0)
 
 
@@ -1731,19 +1756,27 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
             projection: the kernels read them from it, and the backward writes their three
             gradients into one tensor of its shape, which reaches the projection as is (from q, k, v
             autograd would stack the three into a new tensor, and copy that again into the
-            projection's layout). Eager only: ignored under torch.compile.
+            projection's layout). Or attention whose k, v are ``unpack_qkv(packed)`` of a
+            (B, S, 2, H, D) key and value projection (cross-attention): dK and dV likewise, q apart.
+            Eager and under torch.compile alike (`_gradient_layout`), except a packed self-attention
+            with the fused backward (`BACKWARD`) under torch.compile, which is left unpacked.
     Returns:
         (B, H, T, D) in q's dtype, in (B, T, H, D) memory (merging the heads is a view).
     """
-    if packed is not None and torch.compiler.is_compiling():
-        # compiled: the backward would write the three gradients into views of one tensor, which the
-        # graph has to functionalize through that tensor; autograd's stack is one fused copy there
+    if packed is not None and packed.dim() == 5 and packed.size(2) == 3 and BACKWARD == "fused" \
+            and torch.compiler.is_compiling():
+        # the fused backward converts its fp32 dQ into the packed gradient's slot 0 with an aten copy into a
+        # view, which a compiled graph functionalizes into a copy of the whole buffer: no cheaper than the stack
         packed = None
     if packed is not None:
         B, H, T, D = q.shape
-        if packed.shape != (B, T, 3, H, D) or k.shape != q.shape or v.shape != q.shape:
+        S = k.size(2)
+        kinds = {3: (B, T, 3, H, D), 2: (B, S, 2, H, D)}
+        n = packed.size(2) if packed.dim() == 5 else 0
+        if n not in kinds or packed.shape != kinds[n] or k.shape != v.shape or (n == 3 and k.shape != q.shape):
             raise ValueError(f"packed must be the (B, T, 3, H, D) projection that q, k, v {tuple(q.shape)} are "
-                             f"unpacked from, got {tuple(packed.shape)}")
+                             f"unpacked from, or the (B, S, 2, H, D) one of k, v {tuple(k.shape)}, got "
+                             f"{tuple(packed.shape)}")
     reason = unsupported_reason(q, k, v, per_distance)
     if reason is not None:
         raise RuntimeError(f"triton relative-bias attention cannot run: {reason}")
@@ -1786,8 +1819,10 @@ def triton_rpe_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, per_
     else:
         padding = shared.padding(q.device)
     kpm, kv_end, pad_count = (None, None, None) if padding is None else padding
-    if packed is not None:
-        q = k = v = None  # read from packed (the gradient goes there)
+    if packed is not None:  # read from packed (the gradient goes there)
+        k = v = None
+        if packed.size(2) == 3:
+            q = None
     # the Function's output is (B, T, H, D) contiguous, its heads' view made here, outside it: the
     # output's gradient then comes back contiguous (the o projection's backward makes it so), where the
     # (B, H, T, D) view's would not, and dynamo's backward of a Function makes every gradient contiguous

@@ -389,17 +389,24 @@ def test_every_launch_names_every_kernel_argument(monkeypatch):
 def test_a_packed_projection_gets_its_gradient_in_one_tensor_without_a_stack(backward):
     """Self-attention from a (B, T, 3, H, D) projection (`packed`): the same output and gradients as
     with q, k, v unpacked from it, and the backward writes the three gradients into one tensor of
-    the projection's shape: autograd stacks nothing."""
+    the projection's shape: autograd stacks nothing, and the split backward's dQ kernel writes dQ there
+    itself (nothing copies it in). Likewise keys and values from a (B, S, 2, H, D) projection with q
+    apart (cross-attention, bias-free over padded keys as the model calls it). Under torch.compile too
+    (`_gradient_layout`: one flat buffer written whole by the kernels, which inductor reinplaces), except
+    self-attention with the fused backward, whose dQ conversion is an aten copy into a view there."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     device = "cuda" if CUDA else "cpu"
     dtype = torch.bfloat16 if CUDA else torch.float32
-    B, H, T, D = 2, 3, 24, 16
+    B, H, T, S, D = 2, 3, 24, 19, 16
     g = torch.Generator().manual_seed(5)
     x = torch.randn(B, T, 3 * H * D, generator=g).to(device, dtype).requires_grad_()
+    y = torch.randn(B, S, 2 * H * D, generator=g).to(device, dtype).requires_grad_()
     table = torch.randn(H, 9, generator=g).to(device).requires_grad_()
     kpm = torch.zeros(B, T, dtype=torch.bool, device=device)
     kpm[1, -5:] = True
+    kpm_src = torch.zeros(B, S, dtype=torch.bool, device=device)
+    kpm_src[0, -4:] = True
     grad = torch.randn(B, H, T, D, generator=g).to(device, dtype)
     blocks = None if CUDA else SMALL
 
@@ -409,37 +416,62 @@ def test_a_packed_projection_gets_its_gradient_in_one_tensor_without_a_stack(bac
             self.names = []
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            self.names.append(func.overloadpacket.__name__)
+            name = func.overloadpacket.__name__
+            # (the interpreter copies each kernel argument to and from a flat host tensor: not counted)
+            if not (name == "copy_" and args[0].dim() == 1):
+                self.names.append(name)
             return func(*args, **(kwargs or {}))
 
-    results = []
-    for packed in (False, True):
+    def self_attention(packed):
         qkv = (x * 1.0).view(B, T, 3, H, D)  # a non-leaf projection, as the module's
         q, k, v = tra.unpack_qkv(qkv)
         out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=blocks,
                                        packed=qkv if packed else None)
         with Ops() as ops:
             dx, dtable = torch.autograd.grad(out, [x, table], grad)
-        results.append((out, dx, dtable, ops.names))
-    (out0, dx0, dt0, ops0), (out1, dx1, dt1, ops1) = results
-    assert "stack" in ops0 and "stack" not in ops1
-    assert torch.equal(out0, out1) and torch.equal(dx0, dx1) and torch.allclose(dt0, dt1, rtol=1e-5, atol=1e-5)
+        return out, (dx, dtable), ops.names
+
+    def cross_attention(packed):
+        q = (x * 1.0).view(B, T, 3, H, D)[:, :, 0].transpose(1, 2)
+        kv = (y * 1.0).view(B, S, 2, H, D)
+        k, v = tra.unpack_qkv(kv)
+        out = tra.triton_rpe_attention(q, k, v, None, key_padding_mask=kpm_src, blocks=blocks,
+                                       packed=kv if packed else None)
+        with Ops() as ops:
+            grads = torch.autograd.grad(out, [x, y], grad)
+        return out, grads, ops.names
+
+    for run in (self_attention, cross_attention):
+        (out0, grads0, ops0), (out1, grads1, ops1) = run(False), run(True)
+        assert "stack" in ops0 and "stack" not in ops1, run.__name__
+        if backward == "split":
+            assert "copy_" not in ops1, (run.__name__, ops1)
+        assert torch.equal(out0, out1), run.__name__
+        for a, b in zip(grads0, grads1):
+            assert torch.allclose(a, b, rtol=1e-5, atol=1e-5), run.__name__
+        with mock.patch.object(torch.compiler, "is_compiling", lambda: True):  # the same when compiling
+            out2, grads2, ops2 = run(True)
+        # (but for the fused backward's self-attention, whose dQ an aten copy would write into the packed gradient)
+        unpacked = backward == "fused" and run is self_attention
+        assert ("stack" in ops2) == unpacked and torch.equal(out2, out1), run.__name__
+        assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-5) for a, b in zip(grads1, grads2)), run.__name__
+
+    (_, (dx1, _), _), tol = self_attention(True), (3e-2 if CUDA else 2e-5)
     q, k, v = tra.unpack_qkv(x.detach().view(B, T, 3, H, D))
     leaves, ref_fn = reference(q, k, v, table, kpm, False, 1.0)
     ref = torch.autograd.grad(ref_fn(*leaves), leaves, grad.double())
-    tol = 3e-2 if CUDA else 2e-5
     ref_dx = torch.stack([r.transpose(1, 2) for r in ref[:3]], dim=2).reshape(B, T, -1)
     assert (dx1.double() - ref_dx).abs().max() <= tol * (ref_dx.abs().max() + 1)
+    _, (_, dy1), _ = cross_attention(True)
+    k, v = tra.unpack_qkv(y.detach().view(B, S, 2, H, D))
+    leaves, ref_fn = reference(q, k, v, torch.zeros(H, 9, device=device), kpm_src, False, 1.0)
+    ref = torch.autograd.grad(ref_fn(*leaves), leaves[1:3], grad.double())
+    ref_dy = torch.stack([r.transpose(1, 2) for r in ref], dim=2).reshape(B, S, -1)
+    assert (dy1.double() - ref_dy).abs().max() <= tol * (ref_dy.abs().max() + 1)
     with pytest.raises(ValueError, match="packed"):
-        tra.triton_rpe_attention(q, k, v, table, packed=x.view(B, T, 3, D, H))
-    # under torch.compile the packing is left out (its gradient would be written into views)
-    qkv = (x * 1.0).view(B, T, 3, H, D)
-    q, k, v = tra.unpack_qkv(qkv)
-    with mock.patch.object(torch.compiler, "is_compiling", lambda: True):
-        out = tra.triton_rpe_attention(q, k, v, table, key_padding_mask=kpm, blocks=blocks, packed=qkv)
-    with Ops() as ops:
-        dx = torch.autograd.grad(out, [x], grad)[0]
-    assert "stack" in ops.names and torch.equal(dx, dx1)
+        tra.triton_rpe_attention(q, q, q, table, packed=x.view(B, T, 3, D, H))
+    with pytest.raises(ValueError, match="packed"):  # a key and value projection of another length
+        tra.triton_rpe_attention(q, k, v, None, packed=y[:, :-1].reshape(B, S - 1, 2, H, D))
 
 
 def _spans_probe(ARGS, OUT, M: tl.constexpr, ROWS: tl.constexpr, STEP: tl.constexpr, ONE_BAND: tl.constexpr):
@@ -1580,6 +1612,19 @@ for structure, far, mask, p in json.loads(sys.argv[1]):
                                    blocks=(64, 64, 64, 4, 2, 4, 64, 2))
     out.backward(torch.ones_like(out))
     result[f"{structure} {far} {mask} {p}"] = [[name, written(kernel, kwargs)] for name, kernel, kwargs in launches]
+    # from a packed (B, T, 3, H, D) projection: the split backward's dQ kernel writes dQ into the buffer the dK/dV
+    # kernel writes dK and dV into (`_gradient_layout`), the one tensor each launch is given
+    launches.clear()
+    x = torch.randn(2, 512, 3 * 2 * 64, generator=g).to(torch.bfloat16).requires_grad_()
+    qkv = (x * 1.0).view(2, 512, 3, 2, 64)
+    out = tra.triton_rpe_attention(*tra.unpack_qkv(qkv), table, key_padding_mask=kpm, dropout_p=p,
+                                   blocks=(64, 64, 64, 4, 2, 4, 64, 2), packed=qkv)
+    out.backward(torch.ones_like(out))
+    named = {name: kwargs for name, _, kwargs in launches}
+    shared = named["_bwd_dq_kernel"]["DQ"] is named["_bwd_dkdv_kernel"]["DKV"]
+    assert shared == (structure == "split") and named["_bwd_dkdv_kernel"]["DKV"].dim() == 1
+    result[f"{structure} {far} {mask} {p} packed"] = [[name, written(kernel, kwargs)]
+                                                      for name, kernel, kwargs in launches]
 print(json.dumps(result))
 """
 
@@ -1589,7 +1634,9 @@ def test_inductor_sees_each_launch_write_only_its_outputs():
     of a user Triton kernel (torch's own code, given an sm90 target) finds which tensor arguments each
     launch writes, and copies nothing else. Each kernel writes only its outputs: the forward O and the
     log-sum-exp; the split backward's dQ kernel dQ, the table's partial sums and delta, its dK/dV kernel
-    dK and dV; the fused backward's dK/dV kernel dK, dV, the fp32 dQ accumulator and the far sums, its band
+    the one buffer of dK and dV (with a packed projection, the buffer dQ went to as well: one flat tensor
+    written by both launches, `_gradient_layout`); the fused backward's dK/dV kernel that buffer, the fp32 dQ
+    accumulator and the far sums, its band
     kernel the table's partial sums; the dropout bits kernel its bits; with the bias rows and with the bias
     tiles (`BIAS_LAYOUT`; a version reading the far tiles' bias in a helper given PD had the dK/dV kernel
     write PD, found 2026-11-27). When the analysis fails (a launch
@@ -1611,8 +1658,9 @@ def test_inductor_sees_each_launch_write_only_its_outputs():
         written.update({f"{key} {layout}": launches
                         for key, launches in json.loads(proc.stdout.strip().splitlines()[-1]).items()})
     outputs = {"_fwd_kernel": ["LSE", "O"], "_dropout_bits_kernel": ["BITS"]}
-    split = dict(outputs, _bwd_dq_kernel=["DELTA", "DQ", "DTAB"], _bwd_dkdv_kernel=["DK", "DV"])
-    fused = dict(outputs, _bwd_dq_kernel=["DTAB"], _bwd_dkdv_kernel=["DK", "DQACC", "DV", "FAR"])
+    split = dict(outputs, _bwd_dq_kernel=["DELTA", "DQ", "DTAB"], _bwd_dkdv_kernel=["DKV"])
+    fused = dict(outputs, _bwd_dq_kernel=["DTAB"], _bwd_dkdv_kernel=["DKV", "DQACC", "FAR"])
+    assert sum(" packed " in key for key in written) == 2 * len(structures)  # (keys end with the layout)
     for key, launches in written.items():
         expected = fused if key.startswith("fused") else split
         assert launches and all(found == expected[name] for name, found in launches), (key, launches)
