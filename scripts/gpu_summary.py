@@ -225,7 +225,9 @@ def _cache_note(hits, lookups) -> str:
 def _variant_decision(overrides: str) -> str:
     """What a bench_train variant faster than ours decides."""
     if "attention_backend=triton" in overrides:
-        return "AUTO_TABLE's sm90 row may send compiled training to triton"
+        return ("AUTO_TABLE's sm90 row may send compiled training to triton, once the attention_tests step "
+                "passes (test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels: "
+                "the compiled packed gradients against eager)")
     if "optimizer.compiled=true" in overrides:
         return "optimizer.compiled may become the default on CUDA"
     if "compile_scope=layers" in overrides:
