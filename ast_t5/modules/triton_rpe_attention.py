@@ -775,7 +775,7 @@ if triton is not None:
         products are K and V (staged into shared memory once, before the loop) and the tiles P^T
         and dS^T (from registers), and the right ones are Q^T and dO, pipelined into shared
         memory, where a transpose is free. dK and dV go to one tensor, DKV, at element offsets dk_off and
-        dv_off, with the strides sg_* (`_GradientLayout`: the packed projection's gradient, or two halves).
+        dv_off, with the strides sg_* (`_gradient_layout`: the packed projection's gradient, or two halves).
 
         FUSE_DQ (the ``fused`` backward, `BACKWARD`): also dQ += dS K for each tile, added to the
         fp32 (B, H, T, D) DQACC with relaxed atomic adds (FlashAttention-2's dQ), so that no dQ
@@ -1712,7 +1712,7 @@ class _TritonRPEAttention(torch.autograd.Function):
             dq_acc = dq_acc[:, :, :T, :D]
             if scale != 1.0:  # T5 scales nothing
                 dq_acc.mul_(scale)
-            if ctx.n_packed == 3:  # (an aten copy into a view: functionalized as any, unlike a kernel's write)
+            if ctx.n_packed == 3:  # (eager: compiled, such a call is left unpacked, `triton_rpe_attention`)
                 grads.view(B, T, 3, H, D).select(2, 0).copy_(dq_acc.transpose(1, 2))
             else:
                 dq = dq_acc.to(q.dtype, memory_format=torch.contiguous_format)
