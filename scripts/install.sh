@@ -17,6 +17,12 @@ pipi() { "$PY" -m pip install --disable-pip-version-check "$@"; }
 if ! "$PY" -c "import torch" 2>/dev/null; then
   pipi torch==2.13.0
 fi
+# An older torch already there would be replaced by the registry's newest CUDA build while pip resolves
+# this package's torch>=2.11 (pyproject.toml), under a fairseq built against the old one: stop instead.
+if ! "$PY" -c "import re, sys, torch; v = re.match(r'(\d+)\.(\d+)', torch.__version__); sys.exit(v is not None and tuple(map(int, v.groups())) < (2, 11))"; then
+  echo "install.sh: AST-T5 needs torch >= 2.11, found $("$PY" -c 'import torch; print(torch.__version__)'): upgrade it (CPU: pip install torch==2.13.0; GPU: the CUDA build for your driver), then rerun" >&2
+  exit 1
+fi
 # fairseq-fixed's real run-time dependencies (setup.py lists them; torchaudio is left out on purpose)
 # and what its Cython build needs, since it is built without isolation against the torch above.
 pipi "setuptools>=64" wheel cython "numpy>=1.24,<2.6" cffi regex "sacrebleu>=2.0" tqdm bitarray \
