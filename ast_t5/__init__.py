@@ -14,4 +14,4 @@ if _found is not None and tuple(map(int, _found.groups())) < MIN_TORCH:
     raise ImportError(f"AST-T5 needs torch >= {MIN_TORCH[0]}.{MIN_TORCH[1]}, found {_torch.__version__}: upgrade it "
                       f"(CPU: pip install torch==2.13.0; GPU: the CUDA build for your driver), then rerun "
                       f"scripts/install.sh")
-from . import criterions, models, optim, tasks  # noqa: F401  (registers components with fairseq)
+from . import criterions, models, optim, tasks  # noqa: E402,F401  (registers components with fairseq)
