@@ -48,7 +48,7 @@ from typing import Dict, Iterator, List, Optional, Tuple
 
 import torch
 
-DEFAULT_SHAPES = ("4x96/32", "2x200/70")  # two length buckets at model.compile_pad_multiple 64
+DEFAULT_SHAPES = ("4x96/32", "2x200/70")  # two lengths apart (model.compile_pad_multiple 16: 96/32, 208/80)
 
 
 class CodegenUnavailable(RuntimeError):

@@ -1652,13 +1652,16 @@ class _TritonRPEAttention(torch.autograd.Function):
         n_blocks = triton.cdiv(T, block_bwd)  # programs of the dQ kernel, which reduces the table gradient
         n_key_blocks = triton.cdiv(S, block_bwd)  # programs of the dK/dV kernel
         unused = _placeholder(q.device, torch.float32)
-        dtab = torch.empty(B * H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
+        # the table gradient's partial sums, one row per dQ program (B x H x n_blocks rows, as the kernel indexes
+        # them), allocated in the shape they are summed in: a view of n_blocks out of a (B H, n_blocks, .) tensor
+        # made torch.compile specialize the graph to n_blocks == 1 (targets up to one tile) or not, a second graph
+        dtab = torch.empty(B, H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
             else unused
         if fused:  # dQ accumulated in fp32 by the dK/dV kernel's atomic adds; the far tiles' table sums there too
             # padded to whole tiles, so that the kernel's adds need no mask
             dq_acc = torch.zeros(B, H, triton.cdiv(T, step_bwd) * step_bwd, max(16, _next_pow2(D)),
                                  dtype=torch.float32, device=q.device)
-            far = torch.empty(B * H, n_key_blocks, 2, dtype=torch.float32, device=q.device) if table_grad \
+            far = torch.empty(B, H, n_key_blocks, 2, dtype=torch.float32, device=q.device) if table_grad \
                 else unused
             delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # the dK/dV kernel runs first
         else:  # dQ into the packed gradient's slot 0, else laid out as O
@@ -1702,9 +1705,9 @@ class _TritonRPEAttention(torch.autograd.Function):
             dq_kernel()
         d_table = None
         if table_grad:
-            d_table = dtab.view(B, H, n_blocks, 2 * M + 1).sum((0, 2))
+            d_table = dtab.sum((0, 2))
             if fused:
-                far_sums = far.view(B, H, n_key_blocks, 2).sum((0, 2))
+                far_sums = far.sum((0, 2))
                 d_table[:, 0] += far_sums[:, 0]
                 d_table[:, 2 * M] += far_sums[:, 1]
             d_table = d_table.to(table_dtype)

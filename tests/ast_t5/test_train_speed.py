@@ -75,7 +75,7 @@ def test_bf16_keeps_fp32_master_weights_and_tracks_fp32_training(task_dir):
 def test_compiled_training_matches_eager_without_recompiling_per_batch(task_dir, checkpointing, scope):
     from ast_t5.models.ast_t5_model import _compiled_graph_count
 
-    batches = _batches([50, 60, 57])  # three lengths, one bucket of 64
+    batches = _batches([50, 60, 57])  # three lengths, each padded to 64 by model.compile_pad_multiple 16
     extra = [f"++model.checkpoint_activations={str(checkpointing).lower()}"]
     _, eager = _train(task_dir, extra, batches)
     torch._dynamo.reset()  # the layers' graphs of an earlier test would serve this model's layers too

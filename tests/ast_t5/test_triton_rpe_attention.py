@@ -1320,6 +1320,7 @@ def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes
     from torch._dynamo import register_backend
 
     from ast_t5.models import AstT5Model
+    from ast_t5.models.ast_t5_model import bucketed_length
 
     class NoLaunch:
         def __getitem__(self, grid):
@@ -1345,7 +1346,11 @@ def test_a_compiled_model_on_the_triton_backend_keeps_one_graph_over_batch_sizes
         tra.default_blocks(16, torch.device("cpu"), dtype=torch.float32)[:3]))
     shapes = [(4, 40, 10), (6, 100, 30), (3, 170, 20), (6, 230, 70), (2, 300, 140), (2, 500, 30), (2, 600, 60),
               (2, 700, 30), (2, 770, 60), (3, 100, 700), (2, 660, 650)]
-    assert reach == 640 and all(max(lengths[1:]) <= reach for lengths in shapes[:7])  # bucketed to 64: 640
+    assert reach == 640 and all(max(lengths[1:]) <= reach for lengths in shapes[:7])  # padded to 16: at most 608
+    # the first target fits one tile of the backward (one dQ program per row: n_blocks 1, which the table
+    # gradient's reduction once specialized the graph on), the later ones do not
+    tile = tra.default_blocks(16, torch.device("cpu"), dtype=torch.float32)[2]
+    assert bucketed_length(shapes[0][2], model.cfg.compile_pad_multiple, 1024) <= tile < shapes[3][2]
     for rows, src_len, tgt_len in shapes:
         src = torch.randint(4, len(d), (rows, src_len), generator=g)
         src[0, -5:] = d.pad()

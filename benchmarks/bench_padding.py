@@ -1,0 +1,125 @@
+"""What `model.compile_pad_multiple` costs: the padding a compiled model adds to real pre-training batches.
+
+    python benchmarks/bench_padding.py --data data/default                 # config base, its max_tokens
+    python benchmarks/bench_padding.py --data DIR --config ast_t5_paper_base --batches 300
+    python benchmarks/bench_padding.py --data DIR --multiples 1 8 16 64
+
+Under ``model.compile`` the model pads each batch's source and target lengths to a multiple of
+``compile_pad_multiple`` before its compiled forward (`ast_t5_model.bucketed_length`), and the GPU
+computes those padded shapes. The trainer's MFU counts the batch as collated (fairseq pads each batch
+to its longest sample; `flops.training_flops` of that shape), so the extra padding is time that no
+FLOP count shows. This benchmark draws the task's own training batches (the config's masking, token
+budget and language sampling, as ``fairseq-hydra-train`` builds them, one epoch's order with its
+seed), and for each multiple prints the model FLOPs of the padded shapes against those of the
+collated shapes, and the FLOPs of the samples each at its own lengths (no padding at all) as the
+floor. Arithmetic only: no model step runs, so it needs no GPU and the figures do not vary.
+"""
+import argparse
+import os
+import sys
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+DEFAULT_MULTIPLES = (1, 8, 16, 32, 64)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--data", required=True, help="a preprocessed corpus (ast-t5-preprocess run -o DIR)")
+    p.add_argument("--config", default="base", help="config/pretrain/<name>.yaml (default base)")
+    p.add_argument("--max-tokens", type=int, default=0, help="tokens per batch (default: the config's)")
+    p.add_argument("--batches", type=int, default=200, help="batches drawn at most (default 200; "
+                                                           "fewer if the epoch ends first)")
+    p.add_argument("--multiples", type=int, nargs="+", default=list(DEFAULT_MULTIPLES),
+                   help="compile_pad_multiple values compared (1: the collated shapes)")
+    p.add_argument("--no-progress", action="store_true")
+    args = p.parse_args(argv)
+    if args.batches < 1 or args.max_tokens < 0 or min(args.multiples) < 1:
+        p.error("--batches and --multiples must be >= 1, --max-tokens >= 0")
+    if not os.path.isdir(args.data):
+        p.error(f"--data {args.data}: no such folder")
+    return args
+
+
+def measure(args):
+    """Per multiple: the model FLOPs of the padded shapes summed over the batches, with the collated
+    shapes' (multiple 1) and the unpadded samples' sums, and the token counts."""
+    from fairseq import tasks, utils
+    from tqdm import tqdm
+
+    from ast_t5.models.ast_t5_model import bucketed_length
+    from ast_t5.models.flops import training_flops
+    from bench_train import compose
+
+    overrides = [f"task.data={os.path.abspath(args.data)}", "dataset.num_workers=0", "common.tensorboard_logdir=null"]
+    if args.max_tokens:
+        overrides.append(f"dataset.max_tokens={args.max_tokens}")
+    cfg = compose(args.config, overrides)
+    utils.import_user_module(cfg.common)
+    task = tasks.setup_task(cfg.task)
+    model = task.build_model(cfg.model)  # for its shape only (FLOP coefficients, position limits)
+    task.load_dataset("train", epoch=1)
+    itr = task.get_batch_iterator(
+        dataset=task.dataset("train"), max_tokens=cfg.dataset.max_tokens, max_sentences=cfg.dataset.batch_size,
+        max_positions=utils.resolve_max_positions(task.max_positions(), model.max_positions(),
+                                                  cfg.dataset.max_tokens),
+        ignore_invalid_inputs=True, required_batch_size_multiple=cfg.dataset.required_batch_size_multiple,
+        seed=cfg.common.seed, num_workers=0, epoch=1).next_epoch_itr(shuffle=True)
+    pad = task.source_dictionary.pad()
+    src_limit, tgt_limit = model.encoder.max_source_positions, model.decoder.max_target_positions
+    flops = {m: 0.0 for m in args.multiples}
+    collated = unpadded = 0.0
+    tokens = {"real": np.zeros(2), "collated": np.zeros(2), **{m: np.zeros(2) for m in args.multiples}}
+    n = 0
+    bar = tqdm(total=min(args.batches, len(itr)), desc="batches", disable=args.no_progress, file=sys.stderr)
+    for sample in itr:
+        if n == args.batches:
+            break
+        src, prev = sample["net_input"]["src_tokens"], sample["net_input"]["prev_output_tokens"]
+        rows, src_len, tgt_len = src.size(0), src.size(1), prev.size(1)
+        src_real, tgt_real = src.ne(pad).sum(1).tolist(), prev.ne(pad).sum(1).tolist()
+        collated += training_flops(model, rows, src_len, tgt_len)
+        unpadded += sum(training_flops(model, 1, s, t) for s, t in zip(src_real, tgt_real))
+        tokens["real"] += (sum(src_real), sum(tgt_real))
+        tokens["collated"] += (rows * src_len, rows * tgt_len)
+        for m in args.multiples:
+            s, t = bucketed_length(src_len, m, src_limit), bucketed_length(tgt_len, m, tgt_limit)
+            flops[m] += training_flops(model, rows, s, t)
+            tokens[m] += (rows * s, rows * t)
+        n += 1
+        bar.update()
+    bar.close()
+    if n == 0:
+        raise SystemExit(f"bench_padding: no training batch in {args.data}")
+    return {"batches": n, "max_tokens": cfg.dataset.max_tokens, "default": model.cfg.compile_pad_multiple,
+            "flops": flops, "collated": collated, "unpadded": unpadded, "tokens": tokens}
+
+
+def report(args, result):
+    real = result["tokens"]["real"]
+    collated = result["tokens"]["collated"]
+    print(f"config {args.config}, {result['batches']} training batches of max_tokens {result['max_tokens']} "
+          f"from {args.data}")
+    print(f"  the batches as collated hold {real[0] / collated[0]:.1%} real source and {real[1] / collated[1]:.1%} "
+          f"real target tokens (fairseq pads each batch to its longest sample); the samples at their own "
+          f"lengths take {result['unpadded'] / result['collated']:.3f}x the collated shapes' FLOPs")
+    print("| compile_pad_multiple | source tokens / real | target tokens / real | FLOPs / collated shapes' |")
+    print("|---|---|---|---|")
+    for m in args.multiples:
+        t = result["tokens"][m]
+        mark = " (default)" if m == result["default"] else ""
+        print(f"| {m}{mark} | {t[0] / real[0]:.3f} | {t[1] / real[1]:.3f} | "
+              f"{result['flops'][m] / result['collated']:.4f} |")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    report(args, measure(args))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
