@@ -16,7 +16,7 @@ target lengths are padded to multiples of ``compile_pad_multiple`` (16) first (a
 cropped back; padding is masked in the encoder and lies after every real position of the causal
 decoder, so real positions see exactly what they saw before), which keeps every length aligned for
 the attention kernels (a multiple of 64 computed 7% more FLOPs than the batches' own shapes on the
-pre-training data, 16 computes 1.8%: benchmarks/bench_padding.py);
+pre-training data, 16 computes 1.7%: benchmarks/bench_padding.py);
 the batch and length dimensions are marked dynamic from the first graph on (``compile_dynamic``,
 default true; false leaves them to torch's automatic dynamic shapes, which compiles a first graph
 static for the first batch's exact shape and recompiles at the first change, one full compilation

@@ -113,7 +113,7 @@ class AstT5Config(FairseqDataclass):
                 "the model (outputs cropped back). The graphs are dynamic in the lengths, so this only "
                 "keeps every length aligned (16: SDPA's bias rows need no padded copy, inductor's "
                 "alignment guard holds); larger multiples compute more padding (64: 7% more FLOPs on "
-                "the pre-training batches, 16: 1.8%; benchmarks/bench_padding.py)"})
+                "the pre-training batches, 16: 1.7%; benchmarks/bench_padding.py)"})
 
 
 def structure(cfg: AstT5Config) -> FamilyStructure:
