@@ -851,7 +851,7 @@ if triton is not None:
                                                      DROPOUT_BITS=DROPOUT_BITS, HAS_BIAS=HAS_BIAS,
                                                      BIAS_TILES=BIAS_TILES)
         if FAR_SUMS:
-            out = FAR + (bh * tl.num_programs(0) + pid_n) * 2
+            out = FAR + (pid_n * tl.num_programs(1) + bh) * 2  # row pid_n B H + bh
             tl.store(out, tl.sum(far_lo, 0))
             tl.store(out + 1, tl.sum(far_hi, 0))
         dk = dk * scale
@@ -1037,7 +1037,7 @@ if triton is not None:
             tl.store(DQ + b * sg_b + h * sg_h + offs_m[:, None] * sg_t + offs_d[None, :],
                      dq.to(DQ.dtype.element_ty), mask=q_ok)
         if TABLE_GRAD:  # this program's partial sums, one row of DTAB: entries 0 (<= -M) .. 2 M (>= M)
-            out = DTAB + (bh * tl.num_programs(0) + pid_m) * (2 * M + 1)
+            out = DTAB + (pid_m * tl.num_programs(1) + bh) * (2 * M + 1)  # row pid_m B H + bh
             lo = tl.sum(far_lo, 0)
             hi = tl.sum(far_hi, 0)
             if ALIGNED:
@@ -1652,16 +1652,17 @@ class _TritonRPEAttention(torch.autograd.Function):
         n_blocks = triton.cdiv(T, block_bwd)  # programs of the dQ kernel, which reduces the table gradient
         n_key_blocks = triton.cdiv(S, block_bwd)  # programs of the dK/dV kernel
         unused = _placeholder(q.device, torch.float32)
-        # the table gradient's partial sums, one row per dQ program (B x H x n_blocks rows, as the kernel indexes
-        # them), allocated in the shape they are summed in: a view of n_blocks out of a (B H, n_blocks, .) tensor
-        # made torch.compile specialize the graph to n_blocks == 1 (targets up to one tile) or not, a second graph
-        dtab = torch.empty(B, H, n_blocks, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
+        # the table gradient's partial sums, one row per dQ program: (n_blocks B, H, 2 M + 1), summed over the
+        # first axis. A dimension of n_blocks alone (this was (B H, n_blocks, .), viewed as (B, H, n_blocks, .))
+        # made torch.compile specialize the graph on n_blocks == 1, targets of at most one tile, or not: a
+        # second graph at the first longer target. n_blocks B is never 1 for a batch size marked dynamic (>= 2).
+        dtab = torch.empty(n_blocks * B, H, 2 * M + 1, dtype=torch.float32, device=q.device) if table_grad \
             else unused
         if fused:  # dQ accumulated in fp32 by the dK/dV kernel's atomic adds; the far tiles' table sums there too
             # padded to whole tiles, so that the kernel's adds need no mask
             dq_acc = torch.zeros(B, H, triton.cdiv(T, step_bwd) * step_bwd, max(16, _next_pow2(D)),
                                  dtype=torch.float32, device=q.device)
-            far = torch.empty(B, H, n_key_blocks, 2, dtype=torch.float32, device=q.device) if table_grad \
+            far = torch.empty(n_key_blocks * B, H, 2, dtype=torch.float32, device=q.device) if table_grad \
                 else unused
             delta = (do.float() * o.float()).sum(-1).reshape(B * H, T)  # the dK/dV kernel runs first
         else:  # dQ into the packed gradient's slot 0, else laid out as O
@@ -1705,9 +1706,9 @@ class _TritonRPEAttention(torch.autograd.Function):
             dq_kernel()
         d_table = None
         if table_grad:
-            d_table = dtab.sum((0, 2))
+            d_table = dtab.sum(0)
             if fused:
-                far_sums = far.sum((0, 2))
+                far_sums = far.sum(0)
                 d_table[:, 0] += far_sums[:, 0]
                 d_table[:, 2 * M] += far_sums[:, 1]
             d_table = d_table.to(table_dtype)
