@@ -20,7 +20,6 @@ def test_the_task_s_batches_padded_per_multiple(bench, pretrain_data, capsys):
     assert (real < collated).all()  # fairseq pads each batch to its longest sample
     assert result["unpadded"] < result["collated"] < result["flops"][16] < result["flops"][64]
     assert (tokens[16] <= tokens[64]).all() and (tokens[16] >= collated).all()
-    # every length lands on the multiple, or on the model's position limit (tiny: 256 source tokens)
     bench.report(args, result)
     out = capsys.readouterr().out
     assert "| 16 (default) |" in out and "| 1 | " in out and "| 64 | " in out
