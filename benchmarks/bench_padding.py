@@ -116,8 +116,15 @@ def report(args, result):
 
 
 def main(argv=None) -> int:
+    from ast_t5.data.loading import DataError
+
     args = parse_args(argv)
-    report(args, measure(args))
+    try:
+        result = measure(args)
+    except (DataError, FileNotFoundError) as e:  # not a preprocessed corpus: one line, not a traceback
+        print(f"bench_padding: error: {e}", file=sys.stderr)
+        return 2
+    report(args, result)
     return 0
 
 

@@ -31,3 +31,9 @@ def test_usage_errors(bench, tmp_path, capsys):
         with pytest.raises(SystemExit) as exc:
             bench.parse_args(argv)
         assert exc.value.code == 2
+
+
+def test_a_folder_that_is_not_a_corpus_is_one_line(bench, tmp_path, capsys):
+    assert bench.main(["--data", str(tmp_path), "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("bench_padding: error: ") and "dict.txt not found" in err and "Traceback" not in err
