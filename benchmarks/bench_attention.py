@@ -84,9 +84,9 @@ With ``--split`` each row also times its forward alone (without gradients): ``fw
 
 With ``--graph`` (CUDA; nothing on CPU) each triton row, and the flash-nobias, triton-nobias,
 triton-baseline, sdpa and sdpa-prebuilt rows (`GRAPH_ROWS`; the dense rows take tens of ms,
-GPU-bound), is also captured once in a CUDA graph
-(warmed up on a side stream first) and its replays timed: ``graph ms``, the GPU time of the call
-without the host's. A row whose capture or replay raises is tried once more (`graph_ms_retried`);
+GPU-bound), is also captured once in a CUDA graph and its replays timed: ``graph ms``, the GPU time
+of the call without the host's. Such a run works on one side stream from its first tensor to its last
+capture (see `graph_ms` for why). A row whose capture or replay raises is tried once more (`graph_ms_retried`);
 one that fails twice keeps its other figures and gets a ``graph_note`` (printed after the
 condition's rows) instead, and one that worked at the second try a ``graph_first_try`` (printed too).
 
@@ -162,7 +162,7 @@ DEFAULT_BACKENDS = tuple(b for b in BACKENDS if b not in ("triton-far", "triton-
 PARTIAL = ("sdpa-prebuilt", "triton-frozen", "triton-prebuilt")
 # triton rows whose call is not the structured one of `step_fn` (settings, tiles)
 OWN_CALL_ROWS = ("triton", "triton-frozen", "triton-prebuilt")
-GRAPH_WARMUP = 3  # --graph: calls on a side stream before the capture (allocations, compilation, autotuning)
+GRAPH_WARMUP = 3  # --graph: calls before the capture, on its stream (allocations, compilation, autotuning)
 # --graph's rows: ours (whose host and GPU time we need apart), and the lower bound and base they are
 # read against; the dense rows (tens of ms per call: GPU-bound, and a capture costs as much again) are left out
 GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE, "triton-nobias")
@@ -449,19 +449,23 @@ def time_ms(fn, device, warmup, repeats) -> Timing:
 def graph_ms(fn, repeats) -> Tuple[Optional[float], Optional[str]]:
     """(median ms of one replay of ``fn`` captured in a CUDA graph, None): the call's GPU time without
     the host's, its kernels launched back to back; or (None, why) when the capture or a replay raised
-    (a host sync inside the call, an operation that cannot be captured). Warmed up on a side stream
-    first (the recipe of PyTorch's CUDA graph notes), one untimed replay (the graph's upload). The
-    graph and its private memory pool are dropped before returning."""
+    (a host sync inside the call, an operation that cannot be captured). Warmed up and captured on the
+    current stream, which `run` makes a side stream for the whole --graph run: the rows' tensors, and
+    the autograd nodes of their leaves (kept alive by the result of each row's first call), were made
+    on it. The autograd engine makes the caller's stream wait for each gradient's stream; for tensors
+    made on the legacy default stream that records an event there inside the capture, which CUDA
+    refuses: the likely cause of "operation would make the legacy stream depend on a capturing
+    blocking stream" (the first rows with a table gradient, H200, 2026-11-26 and 2026-11-28; read
+    from PyTorch's engine, not yet seen to go away on a GPU). One untimed replay (the
+    graph's upload). After a failed capture the CUDA generators are reset (`reset_cuda_generators`).
+    The graph and its private memory pool are dropped before returning."""
     graph = None
     try:
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):
-            for _ in range(GRAPH_WARMUP):
-                fn()
-        torch.cuda.current_stream().wait_stream(stream)
+        stream = torch.cuda.current_stream()
+        for _ in range(GRAPH_WARMUP):
+            fn()
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        with torch.cuda.graph(graph, stream=stream, capture_error_mode="thread_local"):
             fn()
         graph.replay()
         samples = []
@@ -474,6 +478,7 @@ def graph_ms(fn, repeats) -> Tuple[Optional[float], Optional[str]]:
             samples.append(start.elapsed_time(end))
         return statistics.median(samples), None
     except Exception as e:  # noqa: BLE001 - any failure to capture or replay is this row's note, not the run's end
+        reset_cuda_generators()
         # an error inside the capture makes its end raise too ("... during capture"): name the first one
         while e.__context__ is not None and not e.__suppress_context__:
             e = e.__context__
@@ -484,12 +489,24 @@ def graph_ms(fn, repeats) -> Tuple[Optional[float], Optional[str]]:
         torch.cuda.empty_cache()
 
 
+def reset_cuda_generators() -> None:
+    """Make PyTorch's CUDA generators usable again after a failed capture. A capture marks each
+    generator's state as capturing, and only a capture that ends well unmarks it; after a failed one
+    (PyTorch 2.11 on an H200, 2026-11-28) every later random draw of the process raised "Offset
+    increment outside graph capture encountered unexpectedly": the rest of the benchmark, and 50 more
+    tests in the same pytest worker. A clone of the state (the same seed and offset, not capturing)
+    replaces it."""
+    for generator in torch.cuda.default_generators:
+        generator.graphsafe_set_state(generator.clone_state())
+
+
 def graph_ms_retried(fn, repeats) -> Tuple[Optional[float], Optional[str], Optional[str]]:
     """`graph_ms`, tried once more when the first capture fails: (ms, None, None) from a first try
     that worked; (ms, None, why the first failed) from a second; (None, why, None) when both failed.
     On the H200 (2026-11-26) the first condition's captures of the rows with a table gradient failed
     ("operation would make the legacy stream depend on a capturing blocking stream") where the same
-    rows captured in every later condition: a one-time cause, which a second try outlives."""
+    rows captured in every later condition. Its likely cause (tensors made on the legacy stream, see
+    `graph_ms`) is avoided since, and a second try still outlives a one-time failure."""
     replay_ms, why = graph_ms(fn, repeats)
     if why is None:
         return replay_ms, None, None
@@ -615,7 +632,16 @@ def condition_winner(rows: List[Dict]) -> Optional[Dict]:
 
 def run(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
     """Every condition and backend; ``on_condition(payload so far)`` after each condition (the
-    JSON is rewritten then, so a run cut short by a time limit still leaves what it measured)."""
+    JSON is rewritten then, so a run cut short by a time limit still leaves what it measured). A
+    --graph run on CUDA works on one side stream throughout: `graph_ms` captures on it."""
+    if args.graph and torch.device(args.device).type == "cuda":
+        with torch.cuda.stream(torch.cuda.Stream()):
+            return run_conditions(args, on_condition)
+    return run_conditions(args, on_condition)
+
+
+def run_conditions(args, on_condition: Optional[Callable[[Dict], None]] = None) -> Dict:
+    """`run`'s work, on the current stream."""
     from ast_t5.modules.triton_rpe_attention import KERNEL_ERRORS
 
     device = torch.device(args.device)
