@@ -32,6 +32,15 @@
 # the next one tried, so a short step at the end still gets the time a long one could not use.
 #                                                                           cap  min  log
 #   build            the fused_ops CUDA extension in place (about 20 s)      60   30  build.log
+#   triton_gpu_tests the triton backend's CUDA tests (test_gpu_*: kernels
+#                    against references, eager and the compiled model's
+#                    packed gradients against eager): what AUTO_TABLE's
+#                    sm90 row waits for, the triton backend having trained
+#                    T5-base compiled 1.21x as fast as auto (sdpa) beside
+#                    it (H200, 2026-11-28); 8 such tests took 53 s on the
+#                    H200 (2026-11-26); when they pass, the recipe step runs
+#                    on the triton backend (GPU_CHECK_RECIPE_BACKEND
+#                    chooses otherwise)                                     180   60  tests.log
 #   bench_train_variants  bench_train.py --device cuda --no-hf, with
 #                    three variants of ours timed beside it in the same
 #                    interleaved blocks (--versus): the triton attention
@@ -117,19 +126,17 @@
 # bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths
 # (everything issue 10 still owes, its targets first: the kernels at the issue's shape, then the
 # T5-base step that `auto` must not slow, eager and compiled, before the profile and the tile
-# sweep); train = build bench_train_variants recipe bench_train bias_grad optimizer host_overhead
-# compile_scope other_tests norm_ffn (issue 11's, with the rest of the suite); headline = build
-# bench_train_variants recipe bench_train bench_model (the figures of the targets still owed,
-# issue 11's first, and what decides the next changes before them: the trainer on the triton
-# backend, with the compiled optimizer and with compile_scope=layers against auto, side by side
-# (the candidates for the 36 ms of sdpa's attention kernels and the 14.8 ms of the optimizer in a
-# 115 ms update, and for a third of the compile time), then the
-# recipe's MFU and OOM recoveries, the trainer against Hugging Face, then `auto` in the model step,
-# which on sm90 runs sdpa's own kernels by construction; the attention kernels at 1024 were
-# measured on 2026-11-26 and are in the attention group. On the H200 on 2026-11-27 bench_train
-# compiled T5-base in 78 s and ran in 219 s in all, hence its cap; a resumed call on the same
-# machine runs what the first call's budget skipped, and reuses its caches); all (the default) =
-# train and attention. A step runs at most once, in the order above.
+# sweep); train = build triton_gpu_tests bench_train_variants recipe bench_train bias_grad optimizer
+# host_overhead compile_scope other_tests norm_ffn (issue 11's, with the rest of the suite); headline =
+# build triton_gpu_tests recipe bench_train bench_model (the figures of the targets still owed, issue
+# 11's first, and what decides the next change before them: the triton backend's CUDA tests, then the
+# recipe's MFU and OOM recoveries (on triton when those passed), the trainer against Hugging Face, then
+# `auto` in the model step. bench_train_variants, measured on the H200 on 2026-11-28 (triton 1.21x,
+# the compiled optimizer 0.98x, compile_scope=layers 0.97x: BENCHMARKS.md), is in the train group; the
+# attention kernels at 1024 were measured on 2026-11-26 and are in the attention group. On the H200
+# on 2026-11-27 bench_train compiled T5-base in 78 s and ran in 219 s in all, hence its cap; a resumed
+# call on the same machine runs what the first call's budget skipped, and reuses its caches); all
+# (the default) = train and attention. A step runs at most once, in the order above.
 # GPU_CHECK_RESUME=1: leave out the steps that an earlier call on the same (still warm) machine
 # finished, as recorded in GPU_CHECK_STATE (default .gpu_check_state, git-ignored; a call without
 # RESUME starts it afresh), so the same command again spends the session's remaining device time on
@@ -154,10 +161,10 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build bench_train_variants recipe bench_train bias_grad optimizer bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths host_overhead compile_scope other_tests norm_ffn"
+ALL_STEPS="build triton_gpu_tests bench_train_variants recipe bench_train bias_grad optimizer bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths host_overhead compile_scope other_tests norm_ffn"
 ATTENTION_GROUP="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths"
-TRAIN_GROUP="build bench_train_variants recipe bench_train bias_grad optimizer host_overhead compile_scope other_tests norm_ffn"
-HEADLINE_GROUP="build bench_train_variants recipe bench_train bench_model"
+TRAIN_GROUP="build triton_gpu_tests bench_train_variants recipe bench_train bias_grad optimizer host_overhead compile_scope other_tests norm_ffn"
+HEADLINE_GROUP="build triton_gpu_tests recipe bench_train bench_model"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
@@ -165,7 +172,7 @@ for step in ${GPU_CHECK_STEPS:-all}; do
     attention) STEPS="$STEPS $ATTENTION_GROUP" ;;
     train) STEPS="$STEPS $TRAIN_GROUP" ;;
     headline) STEPS="$STEPS $HEADLINE_GROUP" ;;
-    build|bench_train_variants|bias_grad|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_model_compiled|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
+    build|triton_gpu_tests|bench_train_variants|bias_grad|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_model_compiled|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train headline; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -235,6 +242,13 @@ run() {
   echo "$name $rc $took $limit $cap" >> "$STATE"
   echo "== $name: exit $rc after ${took}s" | tee -a "$OUTDIR/$log"
   tail -3 "$OUTDIR/$log"
+}
+
+# step_passed NAME: true when NAME ran in this call and exited 0, or finished with 0 in an earlier one; in a
+# dry run, when NAME is planned (the plan shows the commands a passing step leads to)
+step_passed() {
+  awk -v n="$1" '$1 == n && ($2 == "0" || $2 == "planned" || ($2 == "earlier" && $4 == "0")) { found = 1 }
+                 END { exit !found }' "$STATUS_FILE"
 }
 
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
@@ -320,11 +334,21 @@ if [ "$DRY" != 1 ] && "$PY" -c "import xdist" 2>/dev/null; then parallel="-n ${G
 
 #   NAME                     CAP MIN LOG
 run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY" setup.py -q build_ext --inplace
+# shellcheck disable=SC2086
+run triton_gpu_tests         180  60 tests.log "$PY" -m pytest -q -rs $parallel tests/ast_t5/test_triton_rpe_attention.py \
+  -k test_gpu_
+# the recipe's attention backend: GPU_CHECK_RECIPE_BACKEND, else triton once triton_gpu_tests passed (in this
+# call or an earlier one), else the default (auto)
+RECIPE_BACKEND=${GPU_CHECK_RECIPE_BACKEND:-}
+if [ -z "$RECIPE_BACKEND" ]; then
+  if step_passed triton_gpu_tests; then RECIPE_BACKEND=triton; else RECIPE_BACKEND=auto; fi
+fi
 run bench_train_variants     360 150 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --no-hf \
   --versus "++model.attention_backend=triton" --versus "+optimizer.compiled=true" \
   --versus "++model.compile_scope=layers" --json "$JSON/train_variants.json"
 run recipe                   400 240 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \
-  --work "$JSON/recipe_work" --log "$OUTDIR/recipe.log" --json "$JSON/recipe.json"
+  --override "++model.attention_backend=$RECIPE_BACKEND" --work "$JSON/recipe_work" --log "$OUTDIR/recipe.log" \
+  --json "$JSON/recipe.json"
 run bench_train              400 200 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile \
   --json "$JSON/train.json"
 run bias_grad                120  45 bench_train.log "$PY" benchmarks/bench_bias_grad.py --device cuda \

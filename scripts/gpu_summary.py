@@ -225,7 +225,7 @@ def _cache_note(hits, lookups) -> str:
 def _variant_decision(overrides: str) -> str:
     """What a bench_train variant faster than ours decides."""
     if "attention_backend=triton" in overrides:
-        return ("AUTO_TABLE's sm90 row may send compiled training to triton, once the attention_tests step "
+        return ("AUTO_TABLE's sm90 row may send compiled training to triton, once the triton_gpu_tests step "
                 "passes (test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels: "
                 "the compiled packed gradients against eager)")
     if "optimizer.compiled=true" in overrides:
@@ -250,7 +250,8 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict], variants: Optiona
         ooms = r.get("oom_recoveries")
         # the recipes' target: no OOM recovery over the run's updates; a run cut short proves it only so far
         oom_verdict = "not met" if ooms else ("met" if complete else f"none in {done}: unproven")
-        lines.append(f"recipe {r.get('config')}{' + ' + r['run_config'] if r.get('run_config') else ''}: "
+        overrides = f" ({' '.join(r['overrides'])})" if r.get("overrides") else ""
+        lines.append(f"recipe {r.get('config')}{' + ' + r['run_config'] if r.get('run_config') else ''}{overrides}: "
                      f"{done}{'' if planned is None else f' of {planned}'} updates{stopped}, "
                      f"{_ms(r.get('ups'))} updates/s (median of {r.get('steady_records', '?')} records), MFU "
                      f"{'n/a' if mfu is None else f'{mfu:.1f}%'} (target >= 40%: "

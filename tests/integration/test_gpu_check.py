@@ -51,32 +51,40 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     assert " --graph " in commands["bench_attention"] and " --graph " in commands["bench_attention_lengths"]
     assert "--graph" not in commands["triton_tiles"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=10000)
-    assert rc == 0 and [name for name, _ in steps] == ["build", "bench_train_variants", "recipe", "bench_train",
-                                                      "bias_grad", "optimizer", "host_overhead", "compile_scope",
-                                                      "other_tests", "norm_ffn"]
+    assert rc == 0 and [name for name, _ in steps] == ["build", "triton_gpu_tests", "bench_train_variants", "recipe",
+                                                      "bench_train", "bias_grad", "optimizer", "host_overhead",
+                                                      "compile_scope", "other_tests", "norm_ffn"]
     # a step named twice (a group and itself) runs once, in the script's order
-    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="norm_ffn train build", GPU_CHECK_BUDGET_S=10000)
-    assert [name for name, _ in steps] == ["build", "bench_train_variants", "recipe", "bench_train", "bias_grad",
-                                          "optimizer", "host_overhead", "compile_scope", "other_tests", "norm_ffn"]
-    # headline: the steps that measure the two issues' targets, issue 11's first, after the run whose
-    # ratios decide the next changes (the trainer on the triton backend and with the compiled optimizer,
-    # beside ours in one run), in the script's order
-    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=10000)
-    assert rc == 0 and [name for name, _ in steps] == ["build", "bench_train_variants", "recipe", "bench_train",
-                                                      "bench_model"]
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="norm_ffn train build", GPU_CHECK_BUDGET_S=10000)
+    assert [name for name, _ in steps] == ["build", "triton_gpu_tests", "bench_train_variants", "recipe",
+                                          "bench_train", "bias_grad", "optimizer", "host_overhead", "compile_scope",
+                                          "other_tests", "norm_ffn"]
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
     assert ("bench_train.py --device cuda --no-hf --versus ++model.attention_backend=triton --versus "
             "+optimizer.compiled=true --versus ++model.compile_scope=layers --json " in commands["bench_train_variants"]
             and "/train_variants.json" in commands["bench_train_variants"])
+    # headline: the triton backend's CUDA tests (what the sm90 row of AUTO_TABLE waits for), then the
+    # steps that measure the two issues' targets, issue 11's first, in the script's order
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=10000)
+    assert rc == 0 and [name for name, _ in steps] == ["build", "triton_gpu_tests", "recipe", "bench_train",
+                                                      "bench_model"]
+    commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
+    assert "test_triton_rpe_attention.py -k test_gpu_" in commands["triton_gpu_tests"]
+    # the recipe runs on the triton backend once those tests pass (a dry run plans it so)
+    assert "--override ++model.attention_backend=triton " in commands["recipe"]
     # at the budget the next lent session runs it with, charging every step its whole cap (the worst case):
-    # build and the variants leave 100 s, too few for the recipe or bench_train, enough for bench_model
+    # build, the tests and the recipe fit, bench_train and bench_model wait for a resumed call
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=520)
-    assert steps == [("build", "planned"), ("bench_train_variants", "planned"), ("recipe", "skipped"),
-                     ("bench_train", "skipped"), ("bench_model", "planned")]
+    assert steps == [("build", "planned"), ("triton_gpu_tests", "planned"), ("recipe", "planned"),
+                     ("bench_train", "skipped"), ("bench_model", "skipped")]
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe", GPU_CHECK_BUDGET_S=400)
-    assert "--timeout 365 " in out
+    # without the tests in this call or an earlier one: the default backend; GPU_CHECK_RECIPE_BACKEND chooses
+    assert "--timeout 365 " in out and "--override ++model.attention_backend=auto " in out
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe", GPU_CHECK_RECIPE_BACKEND="sdpa")
+    assert "--override ++model.attention_backend=sdpa " in out
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the train one's first two first
-    assert len(steps) == 17 and [name for name, _ in steps[:7]] == ["build", "bench_train_variants", "recipe",
+    assert len(steps) == 18 and [name for name, _ in steps[:8]] == ["build", "triton_gpu_tests",
+                                                                    "bench_train_variants", "recipe",
                                                                     "bench_train", "bias_grad",
                                                                     "optimizer", "bench_attention"]
     assert steps[-1][0] == "norm_ffn"
@@ -101,8 +109,9 @@ def test_resume_leaves_out_what_an_earlier_call_finished_but_reruns_a_step_the_b
         "bench_train 124 240 240 240\n"  # timed out at its own cap: a rerun would too
         "other_tests 1 200 360 360\n"  # failed: the failure stands, not rerun
     )
-    rc, steps, out, figures = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_RESUME=1, GPU_CHECK_BUDGET_S=1700)
-    assert steps == [("build", "earlier"), ("bench_train_variants", "planned"), ("recipe", "planned"),
+    rc, steps, out, figures = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_RESUME=1, GPU_CHECK_BUDGET_S=1900)
+    assert steps == [("build", "earlier"), ("triton_gpu_tests", "planned"), ("bench_train_variants", "planned"),
+                     ("recipe", "planned"),
                      ("bench_train", "earlier"),
                      ("bias_grad", "planned"), ("optimizer", "planned"),
                      ("host_overhead", "planned"), ("compile_scope", "planned"), ("other_tests", "earlier"),
@@ -115,8 +124,14 @@ def test_resume_leaves_out_what_an_earlier_call_finished_but_reruns_a_step_the_b
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="build norm_ffn", GPU_CHECK_RESUME=1)
     assert rc == 0 and steps == [("build", "earlier"), ("norm_ffn", "planned")]
     # without GPU_CHECK_RESUME the record is not read
-    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=2400)
+    rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=2600)
     assert all(status == "planned" for _, status in steps)
+    # the recipe of a resumed call runs on triton when the earlier call's triton tests passed, not when they failed
+    for tests_exit, backend in (0, "triton"), (1, "auto"):
+        (tmp_path / "state").write_text(f"build 0 21 60 60\ntriton_gpu_tests {tests_exit} 50 180 180\n")
+        rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_RESUME=1, GPU_CHECK_BUDGET_S=400)
+        assert steps[:3] == [("build", "earlier"), ("triton_gpu_tests", "earlier"), ("recipe", "planned")]
+        assert f"--override ++model.attention_backend={backend} " in out
 
 
 def test_a_dry_run_leaves_the_record_of_finished_steps_alone(tmp_path):

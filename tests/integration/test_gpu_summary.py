@@ -46,7 +46,8 @@ FIGURES = {
     "recipe": {"summary": {"config": "base", "run_config": "single_gpu", "last_update": 200, "ups": 2.5,
                            "mfu": 31.2, "oom_recoveries": 0, "recompile_limit_hits": 0, "peak_gib": 70.5,
                            "updates": 200, "steady_records": 8, "compiled_graphs": 1, "compile_seconds": 136.4,
-                           "compile_cache_hits": 0, "compile_cache_lookups": 2, "timed_out": False}},
+                           "compile_cache_hits": 0, "compile_cache_lookups": 2, "timed_out": False,
+                           "overrides": ["++model.attention_backend=triton"]}},
     "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33, "compile_seconds": 14.2, "compile_cache_hits": 2,
                        "compile_cache_misses": 0}, "hf": {"tokens_per_s": 150000.0},
               "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9,
@@ -120,7 +121,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
     assert ("model step compiled (inductor, scope layers) dropout 0: ours[triton] 54.0, ours[auto] 60.0; auto vs "
             "best single (ours[triton]): +11.1% (target <= +3%: not met); compile ours[auto] 41 s, "
             "ours[triton] 59 s (ours[triton] faster compiled: evidence for a compiled row of AUTO_TABLE)") in out
-    assert ("recipe base + single_gpu: 200 of 200 updates, 2.500 updates/s (median of 8 records), MFU 31.2% "
+    assert ("recipe base + single_gpu (++model.attention_backend=triton): 200 of 200 updates, 2.500 updates/s "
+            "(median of 8 records), MFU 31.2% "
             "(target >= 40%: not met), OOM recoveries 0 (target none: met), recompile-limit hits 0, "
             "peak 70.500 GiB, compile 1 graphs 136 s, 0 of 2 graphs from inductor's cache") in out
     # bench_train after the recipe on one machine: our graphs loaded from inductor's cache, said so
@@ -183,7 +185,7 @@ def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
     assert ("bench_train variants (side by side, interleaved blocks; NVIDIA H200, 64 x 512 / 114): ours (auto) "
             "300000 tokens/s, MFU 23.6%") in out, out
     assert ("  + ++model.attention_backend=triton: 1.15x ours' tokens/s, MFU 27.0%, peak 15.500 GiB, oom recoveries 0 "
-            "(faster: AUTO_TABLE's sm90 row may send compiled training to triton, once the attention_tests step "
+            "(faster: AUTO_TABLE's sm90 row may send compiled training to triton, once the triton_gpu_tests step "
             "passes") in out, out
     assert "  + +optimizer.compiled=true: 1.01x ours' tokens/s" in out and "(a tie, within 2%)" in out
     assert "  + model.foo=1: 0.90x ours' tokens/s, MFU 21.0%, peak n/a GiB, oom recoveries 2 (slower)" in out, out
