@@ -43,8 +43,10 @@
   fp64) go to ``sdpa``, logged once. Not in `AUTO_TABLE` yet: its kernels alone beat SDPA's on an
   H200, and the eager T5-base step (B32 x 512/128) went from slower than ``sdpa`` (2026-11-26) to
   even with it (2026-11-27: 76.9 ms against 76.8), and 7% faster with one loop at 512 tokens (71.6
-  ms; its default there since, `triton_rpe_attention.far_loops_pay`). The recipes compile the model,
-  where it is not measured yet (`scripts/gpu_check.sh`'s bench_train_variants decides the sm90 row).
+  ms; its default there since, `triton_rpe_attention.far_loops_pay`). The recipes compile the model:
+  there the T5-base trainer ran 1.21x as fast on it as on sdpa (H200, 2026-11-28, bench_train.py's
+  variants side by side: 100.6 against 121.4 ms per update). The sm90 row waits for its CUDA tests
+  (the compiled packed gradients against eager: `scripts/gpu_check.sh`'s triton_gpu_tests step).
 - ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
   choice is logged once. On CPU and on sm90 (H100, H200): ``sdpa`` (as measured by
   benchmarks/bench_model.py).
@@ -125,8 +127,12 @@ class AutoRule(NamedTuple):
 # 0.84), which the eager step pays 24 times per pass: a likely reason, not yet profiled. The next run (H200,
 # 2026-11-27, after the bias gradient's fix and the host work; BENCHMARKS.md "The fix on the GPU"), B32 x
 # 512/128 eager: sdpa 76.8 ms, triton 76.9, triton with one loop 71.6 (the triton default at 512 since), flash
-# 85.1, flex 98.2 at dropout 0; sdpa 87.4, triton 83.8, one loop 81.0 at 0.1. The row stays sdpa until the
-# compiled trainer (what the recipes run) is measured on triton beside it: bench_train_variants.
+# 85.1, flex 98.2 at dropout 0; sdpa 87.4, triton 83.8, one loop 81.0 at 0.1. The compiled trainer (what
+# the recipes run; H200, 2026-11-28, bench_train.py B64 x 512/114, four trainers in the same interleaved
+# blocks): sdpa 121.4 ms per update, triton 100.6 (1.21x); the eager step that day: sdpa 83.1 ms, triton
+# 82.6 at dropout 0 (the repeats spread by 10%), sdpa 86.1, triton 75.6 at 0.1. The row stays sdpa until the
+# triton backend's CUDA tests pass on a GPU (a failed CUDA graph capture in another test stopped them
+# that day): then biased calls go to triton (BENCHMARKS.md, "The variants side by side").
 # Other GPUs are not measured; their rows come from the issue's H100 figures, taken before the H200's
 # step: the attention alone (B16 H12 T=S=1024 D64 bf16, fwd+bwd incl. bias grad) eager 6.60 ms, fused
 # 4.53 (p=0) / 4.73 (p=0.1), SDPA with the bias as mask 2.62, Flex with the bias 1.52; the compiled
