@@ -38,9 +38,9 @@
 #                    sm90 row waits for, the triton backend having trained
 #                    T5-base compiled 1.21x as fast as auto (sdpa) beside
 #                    it (H200, 2026-11-28); 8 such tests took 53 s on the
-#                    H200 (2026-11-26); when they pass, the recipe step runs
-#                    on the triton backend (GPU_CHECK_RECIPE_BACKEND
-#                    chooses otherwise)                                     180   60  tests.log
+#                    H200 (2026-11-26); when they pass, the recipe and
+#                    bench_train run on the triton backend
+#                    (GPU_CHECK_TRAIN_BACKEND chooses otherwise)            180   60  tests.log
 #   bench_train_variants  bench_train.py --device cuda --no-hf, with
 #                    three variants of ours timed beside it in the same
 #                    interleaved blocks (--versus): the triton attention
@@ -130,7 +130,7 @@
 # host_overhead compile_scope other_tests norm_ffn (issue 11's, with the rest of the suite); headline =
 # build triton_gpu_tests recipe bench_train bench_model (the figures of the targets still owed, issue
 # 11's first, and what decides the next change before them: the triton backend's CUDA tests, then the
-# recipe's MFU and OOM recoveries (on triton when those passed), the trainer against Hugging Face, then
+# recipe's MFU and OOM recoveries, the trainer against Hugging Face (both on triton when those passed), then
 # `auto` in the model step. bench_train_variants, measured on the H200 on 2026-11-28 (triton 1.21x,
 # the compiled optimizer 0.98x, compile_scope=layers 0.97x: BENCHMARKS.md), is in the train group; the
 # attention kernels at 1024 were measured on 2026-11-26 and are in the attention group. On the H200
@@ -337,20 +337,20 @@ run build                     60  30 build.log env AST_T5_BUILD_CUDA_EXT=1 "$PY"
 # shellcheck disable=SC2086
 run triton_gpu_tests         180  60 tests.log "$PY" -m pytest -q -rs $parallel tests/ast_t5/test_triton_rpe_attention.py \
   -k test_gpu_
-# the recipe's attention backend: GPU_CHECK_RECIPE_BACKEND, else triton once triton_gpu_tests passed (in this
-# call or an earlier one), else the default (auto)
-RECIPE_BACKEND=${GPU_CHECK_RECIPE_BACKEND:-}
-if [ -z "$RECIPE_BACKEND" ]; then
-  if step_passed triton_gpu_tests; then RECIPE_BACKEND=triton; else RECIPE_BACKEND=auto; fi
+# the attention backend of the recipe and of bench_train's trainer: GPU_CHECK_TRAIN_BACKEND, else triton once
+# triton_gpu_tests passed (in this call or an earlier one), else the default (auto)
+TRAIN_BACKEND=${GPU_CHECK_TRAIN_BACKEND:-}
+if [ -z "$TRAIN_BACKEND" ]; then
+  if step_passed triton_gpu_tests; then TRAIN_BACKEND=triton; else TRAIN_BACKEND=auto; fi
 fi
 run bench_train_variants     360 150 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --no-hf \
   --versus "++model.attention_backend=triton" --versus "+optimizer.compiled=true" \
   --versus "++model.compile_scope=layers" --json "$JSON/train_variants.json"
 run recipe                   400 240 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \
-  --override "++model.attention_backend=$RECIPE_BACKEND" --work "$JSON/recipe_work" --log "$OUTDIR/recipe.log" \
+  --override "++model.attention_backend=$TRAIN_BACKEND" --work "$JSON/recipe_work" --log "$OUTDIR/recipe.log" \
   --json "$JSON/recipe.json"
 run bench_train              400 200 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile \
-  --json "$JSON/train.json"
+  --backend "$TRAIN_BACKEND" --json "$JSON/train.json"
 run bias_grad                120  45 bench_train.log "$PY" benchmarks/bench_bias_grad.py --device cuda \
   --lengths 512 1024 --tokens 32768 --budget-s 3 --json "$JSON/bias_grad.json"
 run optimizer                180  90 bench_train.log "$PY" benchmarks/bench_optimizer.py --device cuda \

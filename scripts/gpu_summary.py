@@ -262,7 +262,10 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict], variants: Optiona
                      + _cache_note(r.get("compile_cache_hits"), r.get("compile_cache_lookups")))
     if isinstance(train, dict) and isinstance(train.get("ours"), dict):
         ours, hf = train["ours"], train.get("hf") or {}
-        text = f"bench_train: ours {ours.get('tokens_per_s', 0):.0f} tokens/s, MFU {100 * ours.get('mfu', 0):.1f}%"
+        backend = ours.get("attention_backend")
+        named = f" ({backend})" if backend not in (None, "auto") else ""
+        text = (f"bench_train: ours{named} {ours.get('tokens_per_s', 0):.0f} tokens/s, "
+                f"MFU {100 * ours.get('mfu', 0):.1f}%")
         if ours.get("compile_seconds"):
             hits, misses = ours.get("compile_cache_hits") or 0, ours.get("compile_cache_misses") or 0
             text += f" (compile {ours['compile_seconds']:.0f} s{_cache_note(hits, hits + misses)})"

@@ -70,18 +70,20 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
                                                       "bench_model"]
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
     assert "test_triton_rpe_attention.py -k test_gpu_" in commands["triton_gpu_tests"]
-    # the recipe runs on the triton backend once those tests pass (a dry run plans it so)
+    # the recipe and bench_train's trainer run on the triton backend once those tests pass (a dry run plans it so)
     assert "--override ++model.attention_backend=triton " in commands["recipe"]
+    assert "--profile --backend triton --json " in commands["bench_train"]
     # at the budget the next lent session runs it with, charging every step its whole cap (the worst case):
     # build, the tests and the recipe fit, bench_train and bench_model wait for a resumed call
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=520)
     assert steps == [("build", "planned"), ("triton_gpu_tests", "planned"), ("recipe", "planned"),
                      ("bench_train", "skipped"), ("bench_model", "skipped")]
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe", GPU_CHECK_BUDGET_S=400)
-    # without the tests in this call or an earlier one: the default backend; GPU_CHECK_RECIPE_BACKEND chooses
+    # without the tests in this call or an earlier one: the default backend; GPU_CHECK_TRAIN_BACKEND chooses
     assert "--timeout 365 " in out and "--override ++model.attention_backend=auto " in out
-    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe", GPU_CHECK_RECIPE_BACKEND="sdpa")
-    assert "--override ++model.attention_backend=sdpa " in out
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe bench_train", GPU_CHECK_TRAIN_BACKEND="sdpa",
+                             GPU_CHECK_BUDGET_S=1000)
+    assert "--override ++model.attention_backend=sdpa " in out and "--backend sdpa " in out
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the train one's first two first
     assert len(steps) == 18 and [name for name, _ in steps[:8]] == ["build", "triton_gpu_tests",
                                                                     "bench_train_variants", "recipe",

@@ -49,6 +49,7 @@ FIGURES = {
                            "compile_cache_hits": 0, "compile_cache_lookups": 2, "timed_out": False,
                            "overrides": ["++model.attention_backend=triton"]}},
     "train": {"ours": {"tokens_per_s": 300000.0, "mfu": 0.33, "compile_seconds": 14.2, "compile_cache_hits": 2,
+                       "attention_backend": "triton",
                        "compile_cache_misses": 0}, "hf": {"tokens_per_s": 150000.0},
               "ratio_tokens_per_s": 2.0, "ratio_peak_memory": 0.9,
               "profile": {"gpu_kernel_kinds": {"shares": {"matrix products": 0.55, "attention": 0.25, "other": 0.2},
@@ -126,7 +127,8 @@ def test_the_summary_reads_every_target_and_decision(tmp_path):
             "(target >= 40%: not met), OOM recoveries 0 (target none: met), recompile-limit hits 0, "
             "peak 70.500 GiB, compile 1 graphs 136 s, 0 of 2 graphs from inductor's cache") in out
     # bench_train after the recipe on one machine: our graphs loaded from inductor's cache, said so
-    assert ("bench_train: ours 300000 tokens/s, MFU 33.0% (compile 14 s, 2 of 2 graphs from inductor's cache); "
+    assert ("bench_train: ours (triton) 300000 tokens/s, MFU 33.0% (compile 14 s, 2 of 2 graphs from inductor's "
+            "cache); "
             "HF 150000 tokens/s; ours / HF 2.00x (target >= 1.5x: met), peak memory ours / HF 0.90x") in out
     assert ("bench_train GPU time by kind of kernel (GPU busy 87% of the update's span): matrix products 55.0%, "
             "attention 25.0%, other 20.0%") in out
