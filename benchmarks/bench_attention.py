@@ -478,11 +478,15 @@ def graph_ms(fn, repeats) -> Tuple[Optional[float], Optional[str]]:
             samples.append(start.elapsed_time(end))
         return statistics.median(samples), None
     except Exception as e:  # noqa: BLE001 - any failure to capture or replay is this row's note, not the run's end
-        reset_cuda_generators()
         # an error inside the capture makes its end raise too ("... during capture"): name the first one
         while e.__context__ is not None and not e.__suppress_context__:
             e = e.__context__
-        return None, f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+        why = f"{type(e).__name__}: {(str(e).splitlines() or [''])[0][:120]}"
+        try:
+            reset_cuda_generators()
+        except Exception as reset_error:  # noqa: BLE001 - said in the note; the next random draw will fail loudly
+            why += f"; the CUDA generators could not be reset ({type(reset_error).__name__}: {reset_error})"[:240]
+        return None, why
     finally:
         torch.cuda.synchronize()
         graph = None  # frees the graph's pool (the captured call's outputs and workspace) for empty_cache

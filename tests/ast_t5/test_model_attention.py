@@ -1070,6 +1070,12 @@ def test_attention_benchmark_graph_timing_warms_up_captures_once_and_names_a_fai
     assert replay_ms is None and why == "RuntimeError: CUDA error: operation not permitted when stream is capturing"
     assert "replay" not in log, log
     assert log[-4:] == ["gen0 <- clone of gen0", "gen1 <- clone of gen1", "sync", "empty_cache"], log
+    # a reset that fails too is said in the note, not raised
+    monkeypatch.setattr(cuda, "default_generators", (None,))
+    log.clear()
+    replay_ms, why = bench.graph_ms(host_sync, 3)
+    assert replay_ms is None and why.startswith("RuntimeError: CUDA error: operation not permitted when stream is "
+                                                "capturing; the CUDA generators could not be reset (AttributeError")
     # a failed capture is tried once more: a one-time failure gives the second try's figure
     tries = []
 
