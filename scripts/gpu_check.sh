@@ -110,7 +110,9 @@
 #                    padded, 1024 first, then 2048 and 512, forward and
 #                    backward timed apart (--split)                         120   60  attention.log
 #   attention_tests  the attention and fused_ops test files, CPU and CUDA
-#                    tests (fast paths really ran, numerics, gradients)     240   90  tests.log
+#                    tests (fast paths really ran, numerics, gradients),
+#                    less the triton file's test_gpu_ tests when the
+#                    triton_gpu_tests step ran them                         240   90  tests.log
 #   bench_attention_lengths  bench_attention.py at T = S = 512 and 2048
 #                    (--graph too)                                          150   60  attention.log
 #   host_overhead    bench_host_overhead.py --device cuda: host time and
@@ -251,6 +253,11 @@ step_passed() {
                  END { exit !found }' "$STATUS_FILE"
 }
 
+# step_ran NAME: true when NAME ran (whatever its exit) in this call or an earlier one, or is planned in a dry run
+step_ran() {
+  awk -v n="$1" '$1 == n && $2 != "skipped" { found = 1 } END { exit !found }' "$STATUS_FILE"
+}
+
 export TORCH_CUDA_ARCH_LIST=${TORCH_CUDA_ARCH_LIST:-9.0}
 if [ "$DRY" = 1 ]; then
   echo "gpu_check: dry run, budget ${BUDGET}s; each step is charged its whole limit (the worst case)"
@@ -368,8 +375,12 @@ run attention_profile        150 100 attention.log "$PY" benchmarks/profile_atte
 run triton_tiles             120  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --backends sdpa triton --lengths 1024 2048 512 --padding padded --split --triton-blocks $TRITON_TILES \
   --json "$JSON/attention_tiles.json"
+# without the triton file's test_gpu_ tests when the triton_gpu_tests step ran them (in this call or an earlier one)
+not_again=()
+if step_ran triton_gpu_tests; then not_again=(-k "not test_gpu_"); fi
 # shellcheck disable=SC2086
-run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $parallel $ATTENTION_TESTS
+run attention_tests          240  90 tests.log "$PY" -m pytest -q -rs $parallel $ATTENTION_TESTS \
+  ${not_again[@]+"${not_again[@]}"}
 run bench_attention_lengths  150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda \
   --lengths 512 2048 --graph --json "$JSON/attention_lengths.json"
 run host_overhead             60  30 bench_train.log "$PY" benchmarks/bench_host_overhead.py --device cuda \

@@ -78,6 +78,11 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=520)
     assert steps == [("build", "planned"), ("triton_gpu_tests", "planned"), ("recipe", "planned"),
                      ("bench_train", "skipped"), ("bench_model", "skipped")]
+    # the attention test files leave out the triton file's test_gpu_ tests when that step ran them
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="triton_gpu_tests attention_tests", GPU_CHECK_BUDGET_S=1000)
+    assert "tests/fused_ops -k not test_gpu_" in out
+    rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="attention_tests", GPU_CHECK_BUDGET_S=1000)
+    assert "tests/fused_ops\n" in out and "not test_gpu_" not in out
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="recipe", GPU_CHECK_BUDGET_S=400)
     # without the tests in this call or an earlier one: the default backend; GPU_CHECK_TRAIN_BACKEND chooses
     assert "--timeout 365 " in out and "--override ++model.attention_backend=auto " in out
