@@ -27,7 +27,7 @@ def test_the_task_s_batches_padded_per_multiple(bench, pretrain_data, capsys):
 
 def test_usage_errors(bench, tmp_path, capsys):
     for argv in (["--data", str(tmp_path), "--batches", "0"], ["--data", str(tmp_path / "missing")],
-                 ["--data", str(tmp_path), "--multiples", "0"], []):
+                 ["--data", str(tmp_path), "--multiples", "0"], ["--data", str(tmp_path), "--pools", "0"], []):
         with pytest.raises(SystemExit) as exc:
             bench.parse_args(argv)
         assert exc.value.code == 2
@@ -37,3 +37,27 @@ def test_a_folder_that_is_not_a_corpus_is_one_line(bench, tmp_path, capsys):
     assert bench.main(["--data", str(tmp_path), "--no-progress"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("bench_padding: error: ") and "dict.txt not found" in err and "Traceback" not in err
+
+
+def test_a_pool_is_cut_again_by_corrupted_lengths_keeping_its_samples_and_row_counts(bench):
+    pool = [[(30, 9), (10, 2), (20, 8)], [(12, 3), (31, 1)], [(11, 7), (29, 9), (21, 3), (9, 4)]]
+    cut = bench.cut_pool(pool)
+    assert [len(b) for b in cut] == [4, 3, 2]  # the planned row counts, the most rows first
+    assert sorted(s for b in cut for s in b) == sorted(s for b in pool for s in b)  # every sample once
+    # the shortest sources go to the batch with the most rows: each batch's sources are a run of the sorted ones
+    assert cut == [[(9, 4), (10, 2), (11, 7), (12, 3)], [(20, 8), (21, 3), (29, 9)], [(30, 9), (31, 1)]]
+    assert bench.cut_pool(pool[:1]) == [sorted(pool[0])]  # a pool of one batch keeps it
+
+
+def test_pools_of_the_task_s_planned_batches_save_flops_within_the_token_budget(bench, pretrain_data, capsys):
+    args = bench.parse_args(["--data", pretrain_data, "--config", "tiny", "--max-tokens", "2048", "--batches", "40",
+                             "--pools", "1", "4", "--no-progress"])
+    result = bench.measure_pools(args)
+    assert result["batches"] > 5 and set(result["pools"]) == {1, 4}
+    one, four = result["pools"][1], result["pools"][4]
+    assert one["flops"] == 1.0 and 0 < one["budget"] <= 1.0  # the planned batches, under their token budget
+    assert four["flops"] < 1.0  # the tiny config's AST masking spreads the lengths too
+    assert four["budget"] <= one["budget"] and four["target"] > 0
+    bench.report_pools(args, result)
+    out = capsys.readouterr().out
+    assert "| 1 | 1.0000 |" in out and "| 4 | " in out
