@@ -15,20 +15,21 @@ seed), and for each multiple prints the model FLOPs of the padded shapes against
 collated shapes, and the FLOPs of the samples each at its own lengths (no padding at all) as the
 floor. Arithmetic only: no model step runs, so it needs no GPU and the figures do not vary.
 
-``--pools K ...`` asks what batching by the corrupted lengths would save. fairseq forms the batches
-from the segments' own lengths (sorted, then cut at the token budget) before the masking runs, and the
-AST objective's masking then spreads each sample's source and target lengths (its target from about
-0.19 to 0.31 of the segment on the default corpus), so every batch pads to its longest corrupted
-sample. The design measured here pools K batches that are adjacent in that sorted order (the epoch's
-batches in their planned order, before fairseq shuffles them; the first ``--batches`` of them), sorts
-the pool's samples by their corrupted source length (then target length) and cuts it again into K
-batches of the same row counts (the batches with more rows get the shorter samples). Per K it prints
-the model FLOPs of the cut batches against the planned ones, and the largest batch's source tokens as
-collated (rows x longest source, what the encoder's activations scale with) over the token budget,
-which the planned batches keep under by construction and cut ones may pass, and the same for the
-targets (the decoder's). (Sorting by each sample's
-own FLOPs instead, or by target length, saved less on the default corpus: 0.963x and 0.949x at K = 16,
-against 0.911x by source length.)
+``--pools K ...`` asks what batching by the corrupted lengths saves (``task.batch_pool=K``,
+`ast_t5.data.batch_pools`). fairseq forms the batches from the segments' own lengths (sorted, then cut
+at the token budget) before the masking runs, and the AST objective's masking then spreads each
+sample's source and target lengths (its target from about 0.19 to 0.31 of the segment on the default
+corpus), so every batch pads to its longest corrupted sample. A pool is K batches adjacent in that
+sorted order (the epoch's batches in their planned order, before fairseq shuffles them; here the first
+``--batches`` of them); its samples, sorted by corrupted source length (then target length), are cut
+again into K batches of the same row counts, the batches with more rows getting the shorter samples
+(`cut_order`, the function the task uses). The benchmark always draws fairseq's own batches
+(``task.batch_pool=1``) and cuts them itself; over a whole epoch the task's pooled iterator gives the
+same figures. Per K it prints the model FLOPs of the cut batches against the planned ones, and the
+largest batch's source tokens as collated (rows x longest source, what the encoder's activations
+scale with) over the token budget, which the planned batches keep under by construction and cut ones
+might pass, and the same for the targets (the decoder's). Sorting by each sample's own FLOPs instead,
+or by target length, saved less on the default corpus: 0.963x and 0.949x at K = 16, against 0.911x.
 """
 import argparse
 import os
@@ -69,7 +70,9 @@ def setup(args):
 
     from bench_train import compose
 
-    overrides = [f"task.data={os.path.abspath(args.data)}", "dataset.num_workers=0", "common.tensorboard_logdir=null"]
+    # fairseq's own batches (task.batch_pool 1): --pools cuts them the way task.batch_pool would
+    overrides = [f"task.data={os.path.abspath(args.data)}", "dataset.num_workers=0", "common.tensorboard_logdir=null",
+                 "++task.batch_pool=1"]
     if args.max_tokens:
         overrides.append(f"dataset.max_tokens={args.max_tokens}")
     cfg = compose(args.config, overrides)
@@ -134,16 +137,13 @@ def measure(args, setup_result=None):
 
 
 def cut_pool(pool):
-    """The batches of one pool cut again by corrupted lengths: ``pool`` is a list of batches, each a
-    list of samples (source length, target length); the pool's samples sorted by source length, then
-    target length, the shortest to the batch with the most rows, each batch keeping its row count.
-    Returns the new batches, in the order of the row counts (most rows first)."""
-    samples = sorted(s for batch in pool for s in batch)
-    out, start = [], 0
-    for rows in sorted((len(batch) for batch in pool), reverse=True):
-        out.append(samples[start:start + rows])
-        start += rows
-    return out
+    """The batches of one pool cut again by corrupted lengths, as ``task.batch_pool`` cuts them
+    (`ast_t5.data.batch_pools.cut_order`): ``pool`` is a list of batches, each a list of samples
+    (source length, target length); returns the new batches, most rows first."""
+    from ast_t5.data.batch_pools import cut_order
+
+    samples = [s for batch in pool for s in batch]
+    return [[samples[i] for i in batch] for batch in cut_order([len(b) for b in pool], samples)]
 
 
 def measure_pools(args, setup_result=None):

@@ -23,6 +23,7 @@ from omegaconf import II, MISSING
 
 from ..data.loading import (TEXT_LANGUAGE, DataError, available_languages, count_node_types,
                             load_language_split, mixture_probabilities, read_data_weights)
+from ..data.batch_pools import pool_batches
 from ..data.masking_options import AstMaskingOptions
 from ..data.mixture import WeightedMixtureDataset
 from ..data.node_categories import NodeCategories
@@ -76,6 +77,9 @@ class AstT5PretrainingConfig(FairseqDataclass, DistributedOptions):
                                   "before corruption, over all ranks), within max_train_tokens_tolerance; "
                                   "0: stop by optimization.max_update only")
     max_train_tokens_tolerance: float = _f(0.001, "allowed relative distance from max_train_tokens")
+    batch_pool: int = _f(1, "cut the training batches again by their masked lengths in pools of this many "
+                            "batches adjacent in length (ast_t5/data/batch_pools.py; 8-16 saved 8.5-8.9% of "
+                            "the FLOPs with the AST objective); 1: fairseq's batches as they are")
     seed: int = II("common.seed")
 
 
@@ -96,6 +100,8 @@ def validate_config(cfg) -> None:
         raise ValueError("max_source_positions and max_target_positions must be >= 2")
     if cfg.max_train_tokens < 0 or not 0 <= cfg.max_train_tokens_tolerance < 1:
         raise ValueError("max_train_tokens must be >= 0 and max_train_tokens_tolerance in [0, 1)")
+    if cfg.batch_pool < 1:
+        raise ValueError(f"batch_pool={cfg.batch_pool} must be >= 1 (1: no pools)")
 
 
 @register_task("ast_t5_pretraining", dataclass=AstT5PretrainingConfig)
@@ -168,6 +174,14 @@ class AstT5PretrainingTask(SharedVocabTask):
             ast_options=masking_options(cfg) if use_ast else None, categories=cats,
             noise_density=cfg.noise_density, mean_span_length=cfg.mean_span_length,
             max_target_len=cfg.max_target_positions, name=f"{lang}/{split}")
+
+    def get_batch_iterator(self, dataset, *args, **kwargs):
+        """fairseq's iterator; a training split's in pools cut by masked lengths with ``batch_pool`` > 1."""
+        itr = super().get_batch_iterator(dataset, *args, **kwargs)
+        if self.cfg.batch_pool > 1 and any(dataset is d for name, d in self.datasets.items()
+                                           if name.split("_", 1)[0] == "train"):
+            itr = pool_batches(itr, self.cfg.batch_pool)
+        return itr
 
     def train_step(self, sample, model, criterion, optimizer, update_num, ignore_grad=False):
         if self.cfg.audit_log:
