@@ -13,9 +13,9 @@ that are adjacent in the sorted order into a pool. The DataLoader's workers mask
 they always mask a batch's, and the collater sorts them by masked source length (then target length)
 and cuts the pool again into K batches with the pool's row counts, the shortest samples to the batch
 with the most rows. Pools, not batches, are shuffled each epoch and sharded over the ranks. Every
-sample is still trained on once per epoch, each batch still has its planned number of rows, and no
-batch holds more source tokens than the pool's longest batch did (measured on the default corpus:
-pools of 8 batches save 8.5% of the FLOPs, of 16 8.9%; BENCHMARKS.md).
+sample is still trained on once per epoch and each batch still has its planned number of rows. On
+the default corpus pools of 8 batches saved 8.5% of the FLOPs, of 16 8.9%, and no cut batch held more
+source or target tokens than the largest planned one (a measurement, not a guarantee; BENCHMARKS.md).
 
 Off by default (``batch_pool: 1`` in every recipe). What it changes besides the padding: a batch now
 holds samples of similar masked length, so samples that the masking treated alike (much masked or
