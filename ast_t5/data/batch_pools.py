@@ -56,8 +56,9 @@ def cut_order(row_counts: Sequence[int], lengths: Sequence[Tuple]) -> List[List[
 
 
 class _PoolItems(torch.utils.data.Dataset):
-    """The dataset as the DataLoader reads it for pools: key ``(index, row_counts)`` gives the item
-    ``index`` with its pool's row counts, which the collater needs to cut the pool."""
+    """The dataset as the DataLoader reads it for pools: item ``(sample, row_counts)``. A pool's first
+    key is ``(index, row_counts)`` (the collater needs the pool's row counts to cut it), the others
+    plain indices, whose row counts are None."""
 
     def __init__(self, dataset):
         self.dataset = dataset
@@ -66,8 +67,26 @@ class _PoolItems(torch.utils.data.Dataset):
         return len(self.dataset)
 
     def __getitem__(self, key):
-        index, row_counts = key
+        index, row_counts = key if isinstance(key, tuple) else (key, None)
         return self.dataset[index], row_counts
+
+
+class _PoolSampler:
+    """The DataLoader's batch sampler over pools: one pool's keys at a time (the epoch's list of every
+    index would cost the main process about 100 bytes per sample), the first carrying the row counts."""
+
+    def __init__(self, pools):
+        self.pools = pools
+
+    def __len__(self):
+        return len(self.pools)
+
+    def __iter__(self):
+        for pool in self.pools:
+            keys = [int(i) for batch in pool for i in batch]
+            if keys:
+                keys[0] = (keys[0], tuple(len(batch) for batch in pool))
+            yield keys
 
 
 class PoolCollater:
@@ -128,11 +147,10 @@ class PooledEpochBatchIterator(iterators.EpochBatchIterator):
         while start < len(pools) and skip >= len(pools[start]):  # the offset's pool, and its batches done
             skip -= len(pools[start])
             start += 1
-        sampler = [[(int(i), tuple(len(b) for b in pool)) for b in pool for i in b] for pool in pools[start:]]
         loader = torch.utils.data.DataLoader(
             _PoolItems(self.dataset), collate_fn=PoolCollater(self.collate_fn, self.pool_size),
-            batch_sampler=sampler, num_workers=self.num_workers, timeout=self.timeout, pin_memory=True,
-            persistent_workers=self.persistent_workers)
+            batch_sampler=_PoolSampler(pools[start:]), num_workers=self.num_workers, timeout=self.timeout,
+            pin_memory=True, persistent_workers=self.persistent_workers)
         itr = loader
         if self.buffer_size > 0:
             itr = iterators.BufferedIterator(self.buffer_size, itr)
