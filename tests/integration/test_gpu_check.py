@@ -147,9 +147,10 @@ def test_a_dry_run_leaves_the_record_of_finished_steps_alone(tmp_path):
     assert (tmp_path / "state").read_text() == "build 0 21 60 60\n"
 
 
-def _fake_call(tmp_path):
+def _fake_call(tmp_path, real_imports=False):
     """A copy of the scripts (a call links ast_t5_preprocess in its tree) and a python whose benchmarks
-    write a stand-in JSON ({"benchmark": its script} to its --json; the rest is real python); returns
+    write a stand-in JSON ({"benchmark": its script} to its --json; the rest is real python, and the
+    import check before the steps too with ``real_imports``: about 10 s a call); returns
     call(out, **env) -> (process, figures.json), the state, JSON and compile cache folders in tmp_path."""
     import shutil
     import sys
@@ -159,6 +160,9 @@ def _fake_call(tmp_path):
     for name in ("gpu_check.sh", "gpu_summary.py", "compile_cache.py"):
         shutil.copy(os.path.join(os.path.dirname(SCRIPT), name), repo / "scripts" / name)
     fake = tmp_path / "python"
+    stand_in_imports = "" if real_imports else (
+        '  " -c import fairseq ") exit 0 ;;\n'
+        '  " - ") cat > /dev/null; echo "gpu_check imports: (stand-in)" ;;\n')
     fake.write_text(f"""#!/usr/bin/env bash
 case " $* " in
   *" benchmarks/"*" --json "*)
@@ -167,7 +171,7 @@ case " $* " in
       if [ "$prev" = --json ]; then printf '{{"benchmark": "%s"}}' "$script" > "$a"; fi
       prev=$a
     done ;;
-  *) exec {sys.executable} "$@" ;;
+{stand_in_imports}  *) exec {sys.executable} "$@" ;;
 esac
 """)
     fake.chmod(0o755)
@@ -211,7 +215,7 @@ def test_a_call_fills_the_compile_cache_from_the_carried_archive_once_and_packs_
     from ..conftest import load_script
 
     cc = load_script("compile_cache")
-    call = _fake_call(tmp_path)
+    call = _fake_call(tmp_path, real_imports=True)
     first = tmp_path / "first_cache"
     (first / "fxgraph" / "ab").mkdir(parents=True)
     (first / "fxgraph" / "ab" / "entry").write_bytes(b"graph")
@@ -221,6 +225,7 @@ def test_a_call_fills_the_compile_cache_from_the_carried_archive_once_and_packs_
     assert (tmp_path / "cache" / "fxgraph" / "ab" / "entry").read_bytes() == b"graph"
     log = (tmp_path / "one" / "build.log").read_text()
     assert "compile_cache: unpacked 1 files" in log and "compile_cache: packed" not in log
+    assert "gpu_check imports: torch " in log  # the real import check ran
     assert not (tmp_path / "one" / "compile_cache.tar.xz").exists()
     (tmp_path / "cache" / "triton" / "K").mkdir(parents=True)  # a kernel of ours that a step compiled
     (tmp_path / "cache" / "triton" / "K" / "__grp___attn_fwd.json").write_text("{}")
