@@ -232,6 +232,8 @@ def _variant_decision(overrides: str) -> str:
         return "optimizer.compiled may become the default on CUDA"
     if "compile_scope=layers" in overrides:
         return "the recipes may compile per layer (a third of the compile time)"
+    if "compile_mode=" in overrides:
+        return "the GPU recipes may set this model.compile_mode, if its compile time (logged) is worth it"
     return "a candidate default"
 
 

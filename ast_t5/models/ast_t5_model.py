@@ -114,13 +114,16 @@ class AstT5Model(FairseqEncoderDecoderModel):
             with torch.no_grad():
                 self._eager_forward(src, src_lengths, prev, **kwargs)
             ensure_recompile_limit(MIN_RECOMPILE_LIMIT)
-            logger.info("torch.compile (backend %s, compile_scope %s): compiling the training forward and "
+            mode = str(self.cfg.compile_mode)
+            logger.info("torch.compile (backend %s, compile_scope %s%s): compiling the training forward and "
                         "backward in this update (T5-base: minutes on a first run; the time is logged when "
-                        "done)", self.cfg.compile_backend, self.cfg.compile_scope)
+                        "done)", self.cfg.compile_backend, self.cfg.compile_scope,
+                        "" if mode == "default" else f", mode {mode}")
+            options = dict(backend=self.cfg.compile_backend, mode=None if mode == "default" else mode)
             if self.layerwise_compile:
-                self._compiled_forward = torch.compile(_call_layer, backend=self.cfg.compile_backend)
+                self._compiled_forward = torch.compile(_call_layer, **options)
             else:
-                self._compiled_forward = torch.compile(self._eager_forward, backend=self.cfg.compile_backend)
+                self._compiled_forward = torch.compile(self._eager_forward, **options)
         graphs, cache = _compiled_graph_count(), _inductor_cache_counts()
         start = time.perf_counter()
         lengths = (src.size(1), prev.size(1))

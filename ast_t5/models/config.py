@@ -27,6 +27,10 @@ AttentionBackendChoice = ChoiceEnum(list(ATTENTION_BACKENDS))
 FusedNormFfnChoice = ChoiceEnum(list(FUSED_NORM_FFN_CHOICES))
 COMPILE_SCOPES = ("model", "layers")
 CompileScopeChoice = ChoiceEnum(list(COMPILE_SCOPES))
+# torch.compile's modes that keep the trainer's own launches: the CUDA-graph modes (reduce-overhead,
+# max-autotune) record one graph per input shape, and the training batches' shapes vary
+COMPILE_MODES = ("default", "max-autotune-no-cudagraphs")
+CompileModeChoice = ChoiceEnum(list(COMPILE_MODES))
 MIN_REL_POS_BUCKETS = 4  # bidirectional tables split in halves, each with exact and log buckets
 DEFAULT_ARCH = "t5_v11_base"  # sizes of a model configured as plain model._name=ast_t5
 
@@ -108,6 +112,11 @@ class AstT5Config(FairseqDataclass):
                 "decoder, output layer); layers: one encoder layer and one decoder layer, each graph "
                 "reused by every layer of its stack (the embeddings, the position bias and the masks run "
                 "eagerly between them): T5-base compiled in 0.32x the time on a CPU (benchmarks/bench_compile.py)"})
+    compile_mode: CompileModeChoice = field(default="default", metadata={
+        "help": "with compile (inductor): torch.compile's mode. max-autotune-no-cudagraphs times "
+                "candidate kernels for every matrix product and tunes the generated kernels' block "
+                "sizes at the first compile (minutes more on T5-base); the CUDA-graph modes are not "
+                "offered, since the batches' shapes vary"})
     compile_pad_multiple: int = field(default=16, metadata={
         "help": "with compile: source and target lengths are padded to a multiple of this inside "
                 "the model (outputs cropped back). The graphs are dynamic in the lengths, so this only "
@@ -167,6 +176,11 @@ def validate(cfg: AstT5Config) -> None:
             raise ValueError(f"model.{name} must be in [0, 1), got {getattr(cfg, name)}")
     if str(cfg.compile_scope) not in COMPILE_SCOPES:
         raise ValueError(f"model.compile_scope must be one of {COMPILE_SCOPES}, got {cfg.compile_scope!r}")
+    if str(cfg.compile_mode) not in COMPILE_MODES:
+        raise ValueError(f"model.compile_mode must be one of {COMPILE_MODES}, got {cfg.compile_mode!r}")
+    if str(cfg.compile_mode) != "default" and cfg.compile_backend != "inductor":
+        raise ValueError(f"model.compile_mode={cfg.compile_mode} needs model.compile_backend=inductor "
+                         f"(got {cfg.compile_backend!r}, which has no modes)")
     if cfg.compile_pad_multiple < 1:
         raise ValueError(f"model.compile_pad_multiple must be >= 1, got {cfg.compile_pad_multiple}")
     if cfg.init_factor <= 0:

@@ -398,6 +398,34 @@ def test_recompile_limit_is_raised_but_never_lowered():
         dynamo_config.recompile_limit = saved
 
 
+@pytest.mark.parametrize("scope", ["model", "layers"])
+def test_compile_mode_reaches_torch_compile_and_needs_inductor(scope, monkeypatch):
+    """model.compile_mode: torch.compile gets the mode (none for default) with the scope's function;
+    a mode with a backend that has none is refused when the model is built."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"w{i}")
+    calls = []
+    monkeypatch.setattr(torch, "compile", lambda fn, **kw: calls.append((fn.__name__, kw)) or fn)  # runs eagerly
+    src, prev = torch.randint(4, len(d), (2, 20)), torch.randint(4, len(d), (2, 6))
+    for mode in ("default", "max-autotune-no-cudagraphs"):
+        model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", compile=True, compile_scope=scope,
+                                           compile_mode=mode).train()
+        model(src, torch.full((2,), 20), prev)[0].float().sum().backward()
+    name = "_call_layer" if scope == "layers" else "_eager_forward"
+    assert calls == [(name, {"backend": "inductor", "mode": None}),
+                     (name, {"backend": "inductor", "mode": "max-autotune-no-cudagraphs"})]
+    with pytest.raises(ValueError, match="compile_mode=max-autotune-no-cudagraphs needs model.compile_backend=inductor"):
+        AstT5Model.from_dictionary(d, arch="t5_v11_tiny", compile=True, compile_backend="aot_eager",
+                                   compile_mode="max-autotune-no-cudagraphs")
+    with pytest.raises(ValueError, match="model.compile_mode must be one of"):
+        AstT5Model.from_dictionary(d, arch="t5_v11_tiny", compile=True, compile_mode="reduce-overhead")
+
+
 def _criterion_and_sample(task_dir, **kwargs):
     from ast_t5.criterions.span_cross_entropy import SpanCrossEntropyCriterion
     from ast_t5.models import AstT5Model
