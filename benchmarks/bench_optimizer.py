@@ -15,7 +15,12 @@ about 1 GB per tensor (T5-base: 248M parameters). Two implementations of the sam
 
 For each: the median ms per step over interleaved repeats, the bytes it moves, and their rate;
 the floor is the fused step's bytes at the device's copy bandwidth measured in the same run (a
-``copy_`` of the parameters' size). The parameters are the shapes of ``--arch`` (built on the
+``copy_`` of the parameters' size). On CUDA one more step of each runs under torch.profiler
+(``--no-kernel-times`` leaves it out): the GPU's busy time in that step (its kernels' durations
+summed), how many kernels it launched, and the largest ones. Busy time well under the step's time
+means the host bounds the step (its launches); busy time near it, the kernels themselves (T5-base's
+parameters are mostly tensors of a few thousand thread blocks' work, too small to fill the GPU one
+call at a time). The parameters are the shapes of ``--arch`` (built on the
 meta device, then allocated on ``--device``), fp32, with random gradients; both optimizers start
 from the same state and take the same steps, and their results are compared (max relative error).
 
@@ -47,6 +52,8 @@ def parse_args(argv=None):
     p.add_argument("--repeats", type=int, default=0, help="timed steps per implementation (default: 20 cuda, 5 cpu)")
     p.add_argument("--warmup", type=int, default=2, help="untimed steps first")
     p.add_argument("--json", default="", help="write the figures here (atomically)")
+    p.add_argument("--no-kernel-times", dest="kernel_times", action="store_false",
+                   help="on CUDA, leave out the profiled step of each implementation (GPU busy time, kernels)")
     args = p.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device here")
@@ -137,6 +144,10 @@ def measure(args) -> dict:
     finally:
         torch._fused_adamw_ = kernel
 
+    kernels = {}
+    if device.type == "cuda" and args.kernel_times:  # every implementation takes the same extra steps
+        for name in runs:
+            kernels[name] = kernel_times(runs[name][1].step, device)
     bandwidth = copy_bandwidth(numel, device)  # measured now: one copy of the parameters' size
     reference = runs["foreach"][0]
 
@@ -153,10 +164,40 @@ def measure(args) -> dict:
         ms = 1e3 * statistics.median(times[name])
         moved = 4 * PASSES[name] * numel
         out["steps"][name] = {"ms": ms, "gb_moved": moved / 1e9, "gb_per_s": moved / 1e6 / ms}
+        if name in kernels:
+            out["steps"][name]["gpu"] = kernels[name]
     out["floor_ms"] = 1e3 * 4 * PASSES["fused"] * numel / bandwidth
     out["speedup_fused"] = out["steps"]["foreach"]["ms"] / out["steps"]["fused"]["ms"]
     out["speedup_compiled_vs_fused"] = out["steps"]["fused"]["ms"] / out["steps"]["compiled"]["ms"]
     return out
+
+
+def kernel_summary(events, top: int = 3) -> dict:
+    """From (name, start us, duration us) of each GPU event of one step: the busy time (durations
+    summed), the span from the first start to the last end, the number of kernels, and the ``top``
+    kernels by summed time as [name, ms, launches]."""
+    if not events:
+        return {"busy_ms": 0.0, "span_ms": 0.0, "kernels": 0, "largest": []}
+    by_name = {}
+    for name, _, duration in events:
+        total, runs = by_name.get(name, (0.0, 0))
+        by_name[name] = (total + duration, runs + 1)
+    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
+    first = min(start for _, start, _ in events)
+    last = max(start + duration for _, start, duration in events)
+    return {"busy_ms": sum(d for _, _, d in events) / 1e3, "span_ms": (last - first) / 1e3, "kernels": len(events),
+            "largest": [[name[:100], total / 1e3, runs] for name, (total, runs) in ranked]}
+
+
+def kernel_times(step, device) -> dict:
+    """`kernel_summary` of one ``step()`` on a CUDA ``device`` (the second of two profiled calls)."""
+    from torch.autograd import DeviceType
+    from torch.profiler import ProfilerActivity
+
+    from bench_train import device_events, profile_second_call
+
+    prof = profile_second_call(step, device, [ProfilerActivity.CPU, ProfilerActivity.CUDA])
+    return kernel_summary(device_events(prof, DeviceType.CUDA))
 
 
 def report(out: dict) -> str:
@@ -171,6 +212,13 @@ def report(out: dict) -> str:
                  f"(max relative difference of the results: {out['fused_vs_foreach_max_rel_error']:.1e}; "
                  f"fused kernel calls per step: {out['fused_calls_per_step']['fused']:.0f} fused, "
                  f"{out['fused_calls_per_step']['foreach']:.0f} foreach)")
+    for name, s in out["steps"].items():
+        gpu = s.get("gpu")
+        if gpu:
+            largest = "; ".join(f"{n} {ms:.2f} ms x{runs}" for n, ms, runs in gpu["largest"])
+            lines.append(f"{name} on the GPU (one profiled step): busy {gpu['busy_ms']:.2f} ms of the step's "
+                         f"{s['ms']:.2f} ({gpu['busy_ms'] / s['ms']:.0%}), {gpu['kernels']} kernels; "
+                         f"largest: {largest}")
     lines.append(f"compiled / fused speed-up: {out['speedup_compiled_vs_fused']:.2f}x   (compile "
                  f"{out['compile_s']:.1f} s, once per run; max relative difference from foreach: "
                  f"{out['compiled_vs_foreach_max_rel_error']:.1e}; fused kernel calls per step: "

@@ -341,7 +341,12 @@ def optimizer_lines(optimizer: Optional[Dict]) -> List[str]:
         verdict = "may become the default" if ratio > 1 + NOISE else "stays off"
         text += (f"; compiled {_ms(steps['compiled'].get('ms'))} ms ({ratio:.2f}x the fused step, compile "
                  f"{optimizer.get('compile_s', 0):.0f} s: optimizer.compiled=true {verdict})")
-    return [text]
+    lines = [text]
+    busy = [f"{name} {_ms(s['gpu'].get('busy_ms'))} of {_ms(s.get('ms'))} ms in {s['gpu'].get('kernels')} kernels"
+            for name, s in steps.items() if isinstance(s, dict) and isinstance(s.get("gpu"), dict) and s.get("ms")]
+    if busy:  # busy well under the step: the host's launches bound it; near it, the kernels
+        lines.append("adamw_scale step, GPU busy time (one profiled step): " + "; ".join(busy))
+    return lines
 
 
 def host_overhead_lines(host: Optional[Dict]) -> List[str]:

@@ -770,6 +770,7 @@ def test_a_compilation_says_how_many_graphs_inductor_loaded_from_its_cache(tmp_p
             torch.manual_seed(seed)
             torch._dynamo.reset()
             model = AstT5Model.from_dictionary(d, arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0,
+                                               encoder_layers=1, decoder_layers=1,  # fewer kernels to compile
                                                compile=True, compile_backend="inductor").train()
             model(src, torch.full((2,), 20), prev)[0].float().mean().backward()
             models.append(model)

@@ -9,6 +9,8 @@ import pytest
 import torch
 
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "bench_optimizer.py")
+sys.path.insert(0, os.path.abspath(os.path.dirname(SCRIPT)))
+import bench_optimizer  # noqa: E402
 
 
 def test_cpu_mode_runs_the_three_updates_and_they_agree(tmp_path):
@@ -29,6 +31,41 @@ def test_cpu_mode_runs_the_three_updates_and_they_agree(tmp_path):
     assert figures["floor_ms"] > 0
     # the fused step really ran torch's fused kernel, once per parameter; the foreach and compiled steps never
     assert figures["fused_calls_per_step"] == {"fused": figures["tensors"], "foreach": 0, "compiled": 0}
+    # GPU kernel times are a CUDA run's: no profiled step here, and the report says nothing of one
+    assert not any("gpu" in s for s in figures["steps"].values()) and "on the GPU" not in proc.stdout
+
+
+def test_kernel_summary_sums_busy_time_and_ranks_kernels_by_their_total():
+    events = [("adam", 0.0, 30.0), ("norm", 40.0, 5.0), ("adam", 50.0, 30.0), ("copy", 100.0, 50.0)]
+    summary = bench_optimizer.kernel_summary(events, top=2)
+    assert summary["kernels"] == 4 and summary["busy_ms"] == 0.115 and summary["span_ms"] == 0.15
+    assert summary["largest"] == [["adam", 0.06, 2], ["copy", 0.05, 1]]
+    assert bench_optimizer.kernel_summary([]) == {"busy_ms": 0.0, "span_ms": 0.0, "kernels": 0, "largest": []}
+    out = {"arch": "t5_v11_tiny", "parameters": 10, "tensors": 2, "device": "GPU", "torch": "x", "repeats": 1,
+           "copy_gb_per_s": 1.0, "floor_ms": 0.1, "speedup_fused": 2.0, "speedup_compiled_vs_fused": 1.0,
+           "fused_vs_foreach_max_rel_error": 0.0, "compiled_vs_foreach_max_rel_error": 0.0, "compile_s": 1.0,
+           "fused_calls_per_step": {"fused": 2, "foreach": 0, "compiled": 0},
+           "steps": {"fused": {"ms": 0.23, "gb_moved": 1.0, "gb_per_s": 1.0, "gpu": summary}}}
+    assert "fused on the GPU (one profiled step): busy 0.12 ms of the step's 0.23 (50%), 4 kernels; largest: " \
+        "adam 0.06 ms x2; copy 0.05 ms x1" in bench_optimizer.report(out)
+
+
+@pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs an NVIDIA GPU (torch.cuda.is_available() is False)")
+def test_cuda_kernel_times_show_one_fused_launch_per_parameter_and_few_compiled_ones(tmp_path):
+    """The profiled step of each implementation on a GPU: the fused step launched a kernel per parameter
+    at least, the compiled step far fewer kernels than parameters (its multi-tensor kernels really ran,
+    not the foreach ops), and every busy time is positive."""
+    out = tmp_path / "optim.json"
+    proc = subprocess.run([sys.executable, SCRIPT, "--device", "cuda", "--arch", "t5_v11_small", "--repeats", "3",
+                           "--warmup", "1", "--json", str(out)], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    figures = json.loads(out.read_text())
+    steps, tensors = figures["steps"], figures["tensors"]
+    assert all(s["gpu"]["busy_ms"] > 0 for s in steps.values())
+    assert steps["fused"]["gpu"]["kernels"] >= tensors  # a launch per parameter at least
+    assert steps["compiled"]["gpu"]["kernels"] < tensors / 4
+    assert "fused on the GPU (one profiled step)" in proc.stdout
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")

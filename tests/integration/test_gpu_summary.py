@@ -336,3 +336,15 @@ def test_the_compiled_optimizer_reads_against_the_fused_step(tmp_path):
             "become the default)") in out, out
     out = run(tmp_path, {"optimizer": dict(optimizer, speedup_compiled_vs_fused=0.9)}).stdout
     assert "(0.90x the fused step, compile 42 s: optimizer.compiled=true stays off)" in out, out
+
+
+def test_the_optimizer_steps_gpu_busy_time_is_a_line_of_its_own(tmp_path):
+    """bench_optimizer's profiled step (CUDA) per implementation: busy time against the step's, and the
+    kernels launched; a JSON without it (before the profile, or --no-kernel-times) has no such line."""
+    gpu = {"busy_ms": 2.5, "span_ms": 2.9, "kernels": 14, "largest": []}
+    steps = {"foreach": {"ms": 9.5}, "fused": {"ms": 8.0, "gpu": dict(gpu, busy_ms=7.1, kernels=203)},
+             "compiled": {"ms": 3.0, "gpu": gpu}}
+    out = run(tmp_path, {"optimizer": dict(FIGURES["optimizer"], steps=steps, speedup_compiled_vs_fused=2.67)}).stdout
+    assert ("adamw_scale step, GPU busy time (one profiled step): fused 7.100 of 8.000 ms in 203 kernels; "
+            "compiled 2.500 of 3.000 ms in 14 kernels") in out, out
+    assert "GPU busy time" not in run(tmp_path, {"optimizer": FIGURES["optimizer"]}).stdout
