@@ -120,12 +120,13 @@ __device__ __forceinline__ void dropout_store(const ForwardParams& p, int64_t ro
   const int64_t words = (p.k_len + kMaskWordBits - 1) / kMaskWordBits;
   int32_t* bits = p.keep_bits + row * words;
   const int warp_in_row = tid / kWarpSize;
+  const int k_len = static_cast<int>(p.k_len);  // <= kMaxCols (check_shape)
   uint4 draw = make_uint4(0, 0, 0, 0);
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
     if (i % kRandomsPerDraw == 0) draw = rng.next();
-    const int64_t col = tid + static_cast<int64_t>(i) * TPR;
-    const bool in_row = col < p.k_len;
+    const int col = tid + i * TPR;
+    const bool in_row = col < k_len;
     const bool keep = in_row && static_cast<uint64_t>(pick(draw, i % kRandomsPerDraw)) < keep_threshold;
     const float y = e[i] * inv_sum;
     if (in_row) {
@@ -135,6 +136,32 @@ __device__ __forceinline__ void dropout_store(const ForwardParams& p, int64_t ro
     const unsigned word = __ballot_sync(kFullWarp, keep);
     const int64_t w = static_cast<int64_t>(i) * (TPR / kWarpSize) + warp_in_row;
     if (threadIdx.x % kWarpSize == 0 && w < words) bits[w] = static_cast<int32_t>(word);
+  }
+}
+
+// One row's scores plus its bias and mask terms, in fp32, -inf past the row's end. Every load is
+// issued before any is used: a key past the row's end reads the row's last key (always in bounds)
+// and is replaced by -inf afterwards, so the loop has no branch per key. (A branch per key made
+// each key's loads wait for the previous key's to return: 32 memory round trips per row, one after
+// the other, where one suffices.)
+template <typename T, int ITERS, int TPR, bool HAS_BIAS, bool HAS_MASK>
+__device__ __forceinline__ void load_row(const T* x, const float* bias, const float* mask, int k_len, int tid,
+                                         float (&s)[ITERS]) {
+  T raw[ITERS];
+  float b[ITERS], m[ITERS];
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    const int col = min(tid + i * TPR, k_len - 1);  // k_len <= kMaxCols: 32-bit columns
+    raw[i] = x[col];
+    if constexpr (HAS_BIAS) b[i] = bias[col];
+    if constexpr (HAS_MASK) m[i] = mask[col];
+  }
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    float v = Convert<T>::load(raw[i]);
+    if constexpr (HAS_BIAS) v += b[i];
+    if constexpr (HAS_MASK) v += m[i];
+    s[i] = tid + i * TPR < k_len ? v : -INFINITY;
   }
 }
 
@@ -151,26 +178,26 @@ __global__ void __launch_bounds__(TPR > kMinBlockThreads ? TPR : kMinBlockThread
   const T* x = static_cast<const T*>(p.scores) + row * p.k_len;
   const float* bias = p.bias ? p.bias + term_offset(row, p.bias_strides, p.heads, p.q_len) : nullptr;
   const float* mask = p.mask ? p.mask + term_offset(row, p.mask_strides, p.heads, p.q_len) : nullptr;
+  const int k_len = static_cast<int>(p.k_len);  // <= kMaxCols (check_shape)
   float e[ITERS];
+  if (bias != nullptr && mask != nullptr) {  // uniform branches: each loads the row in one go
+    load_row<T, ITERS, TPR, true, true>(x, bias, mask, k_len, tid, e);
+  } else if (bias != nullptr) {
+    load_row<T, ITERS, TPR, true, false>(x, bias, mask, k_len, tid, e);
+  } else if (mask != nullptr) {
+    load_row<T, ITERS, TPR, false, true>(x, bias, mask, k_len, tid, e);
+  } else {
+    load_row<T, ITERS, TPR, false, false>(x, bias, mask, k_len, tid, e);
+  }
   float row_max = -INFINITY;
 #pragma unroll
-  for (int i = 0; i < ITERS; ++i) {
-    const int64_t col = tid + static_cast<int64_t>(i) * TPR;
-    float s = -INFINITY;
-    if (col < p.k_len) {
-      s = Convert<T>::load(x[col]);
-      if (bias != nullptr) s += bias[col];
-      if (mask != nullptr) s += mask[col];
-    }
-    e[i] = s;
-    row_max = fmaxf(row_max, s);
-  }
+  for (int i = 0; i < ITERS; ++i) row_max = fmaxf(row_max, e[i]);
   row_max = row_reduce<TPR>(row_max, MaxOp(), smem);
   float row_sum = 0.0f;
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-    const int64_t col = tid + static_cast<int64_t>(i) * TPR;
-    e[i] = col < p.k_len ? __expf(e[i] - row_max) : 0.0f;
+    const int col = tid + i * TPR;
+    e[i] = col < k_len ? __expf(e[i] - row_max) : 0.0f;
     row_sum += e[i];
   }
   const float inv_sum = 1.0f / row_reduce<TPR>(row_sum, SumOp(), smem);
@@ -181,8 +208,32 @@ __global__ void __launch_bounds__(TPR > kMinBlockThreads ? TPR : kMinBlockThread
   T* out = static_cast<T*>(p.out) + row * p.k_len;
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-    const int64_t col = tid + static_cast<int64_t>(i) * TPR;
-    if (col < p.k_len) out[col] = Convert<T>::store(e[i] * inv_sum);
+    const int col = tid + i * TPR;
+    if (col < k_len) out[col] = Convert<T>::store(e[i] * inv_sum);
+  }
+}
+
+// One row of the backward's inputs: y = probs, g = grad * scale where the key was kept (0 where
+// dropped), both 0 past the row's end; every load issued before any is used, as in load_row.
+template <typename T, int ITERS, int TPR, bool HAS_BITS>
+__device__ __forceinline__ void load_grad_row(const T* grad, const T* probs, const int32_t* bits, int k_len,
+                                              int tid, float scale, float (&y)[ITERS], float (&g)[ITERS]) {
+  T raw_y[ITERS], raw_g[ITERS];
+  int32_t word[ITERS];
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    const int col = min(tid + i * TPR, k_len - 1);  // k_len <= kMaxCols: 32-bit columns
+    raw_y[i] = probs[col];
+    raw_g[i] = grad[col];
+    if constexpr (HAS_BITS) word[i] = bits[col / kMaskWordBits];
+  }
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {
+    const int col = tid + i * TPR;
+    bool use = col < k_len;
+    if constexpr (HAS_BITS) use = use && ((word[i] >> (col % kMaskWordBits)) & 1) != 0;
+    y[i] = col < k_len ? Convert<T>::load(raw_y[i]) : 0.0f;
+    g[i] = use ? Convert<T>::load(raw_g[i]) * scale : 0.0f;
   }
 }
 
@@ -199,26 +250,22 @@ __global__ void __launch_bounds__(TPR > kMinBlockThreads ? TPR : kMinBlockThread
   const T* probs = static_cast<const T*>(p.probs) + row * p.k_len;
   const int64_t words = (p.k_len + kMaskWordBits - 1) / kMaskWordBits;
   const int32_t* bits = p.keep_bits ? p.keep_bits + row * words : nullptr;
+  const int k_len = static_cast<int>(p.k_len);  // <= kMaxCols (check_shape)
   float y[ITERS], g[ITERS];
+  if (bits != nullptr) {  // uniform: each branch loads the row in one go (load_row)
+    load_grad_row<T, ITERS, TPR, true>(grad, probs, bits, k_len, tid, scale, y, g);
+  } else {
+    load_grad_row<T, ITERS, TPR, false>(grad, probs, bits, k_len, tid, scale, y, g);
+  }
   float dot = 0.0f;
 #pragma unroll
-  for (int i = 0; i < ITERS; ++i) {
-    const int64_t col = tid + static_cast<int64_t>(i) * TPR;
-    y[i] = 0.0f;
-    g[i] = 0.0f;
-    if (col < p.k_len) {
-      y[i] = Convert<T>::load(probs[col]);
-      g[i] = Convert<T>::load(grad[col]) * scale;
-      if (bits != nullptr && ((bits[col / kMaskWordBits] >> (col % kMaskWordBits)) & 1) == 0) g[i] = 0.0f;
-    }
-    dot += y[i] * g[i];
-  }
+  for (int i = 0; i < ITERS; ++i) dot += y[i] * g[i];
   dot = row_reduce<TPR>(dot, SumOp(), smem);
   T* grad_in = static_cast<T*>(p.grad_in) + row * p.k_len;
 #pragma unroll
   for (int i = 0; i < ITERS; ++i) {
-    const int64_t col = tid + static_cast<int64_t>(i) * TPR;
-    if (col < p.k_len) grad_in[col] = Convert<T>::store(y[i] * (g[i] - dot));
+    const int col = tid + i * TPR;
+    if (col < k_len) grad_in[col] = Convert<T>::store(y[i] * (g[i] - dot));
   }
 }
 
