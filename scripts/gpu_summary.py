@@ -30,6 +30,8 @@ Sections, each only when the call measured it:
 - compile scope (bench_compile): the whole forward compiled as one graph against one graph per
   layer class (``model.compile_scope``), compile time and step time;
 - norm/ffn (bench_model --norm-ffn's log lines): liger's RMSNorm and gated GELU against eager;
+- fused softmax-dropout (bench_model's log line): the fused_ops kernels against eager (target >= 2x)
+  and their largest difference from eager at p = 0;
 - tests: pytest's summary lines and failures.
 """
 import json
@@ -414,6 +416,28 @@ def norm_ffn_lines(bench_model: Optional[List[str]]) -> List[str]:
             for compiled, x in ratios]
 
 
+SOFTMAX_DROPOUT_TARGET = 2.0  # fused softmax-dropout fwd+bwd against eager PyTorch (DESIGN section 8)
+
+
+def softmax_dropout_lines(bench_model: Optional[List[str]]) -> List[str]:
+    """bench_model's fused softmax-dropout line (read from its log lines): fused against eager, the
+    2x target, and the largest difference of the two at p = 0 (the fused kernels' correctness)."""
+    if not isinstance(bench_model, list):
+        return []
+    lines = []
+    for line in bench_model:
+        if not isinstance(line, str):
+            continue
+        m = re.search(r"softmax\+dropout fwd\+bwd at (\[[^\]]*\])[^:]*: fused ([0-9.]+) ms, eager ([0-9.]+) ms, "
+                      r"speed-up ([0-9.]+)x.*max \|fused - eager\| at p=0: (\S+)", line)
+        if m:
+            shape, fused, eager, ratio, error = m.groups()
+            met = "met" if float(ratio) >= SOFTMAX_DROPOUT_TARGET else "not met"
+            lines.append(f"fused softmax-dropout {shape}: fused {fused} ms, eager {eager} ms, {float(ratio):.2f}x "
+                         f"(target {SOFTMAX_DROPOUT_TARGET:g}x: {met}); max |fused - eager| at p=0 {error}")
+    return lines
+
+
 def summary(figures: Dict) -> List[str]:
     lines = [f"gpu_check summary ({figures.get('device', '?')}, torch {figures.get('torch', '?')}, "
              f"{figures.get('date', '?')})"]
@@ -435,6 +459,7 @@ def summary(figures: Dict) -> List[str]:
     lines += host_overhead_lines(figures.get("host_overhead"))
     lines += compile_lines(figures.get("compile"))
     lines += norm_ffn_lines(figures.get("bench_model"))
+    lines += softmax_dropout_lines(figures.get("bench_model"))
     if figures.get("pytest_summaries"):
         lines.append("tests: " + "; ".join(figures["pytest_summaries"]))
     if figures.get("pytest_failures"):

@@ -348,3 +348,24 @@ def test_the_optimizer_steps_gpu_busy_time_is_a_line_of_its_own(tmp_path):
     assert ("adamw_scale step, GPU busy time (one profiled step): fused 7.100 of 8.000 ms in 203 kernels; "
             "compiled 2.500 of 3.000 ms in 14 kernels") in out, out
     assert "GPU busy time" not in run(tmp_path, {"optimizer": FIGURES["optimizer"]}).stdout
+
+
+def test_the_softmax_dropout_line_reads_what_bench_model_writes():
+    """bench_model's fused softmax-dropout line (its format read from its source, as gpu_check keeps
+    it) becomes a summary line with the 2x target's verdict and the p = 0 difference."""
+    import importlib.util
+    import re
+    source = open(os.path.join(os.path.dirname(SCRIPT), "..", "benchmarks", "bench_model.py"), encoding="utf-8").read()
+    fmt = re.search(r'logger\.info\("(softmax\+dropout fwd\+bwd [^"]*)"\s*\n\s*"([^"]*)"', source)
+    fmt = fmt.group(1) + fmt.group(2)
+    spec = importlib.util.spec_from_file_location("gpu_summary", SCRIPT)
+    summary = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(summary)
+    kept = [fmt % (16, 16, 2.1, 7.12, 3.39, 0.0039), fmt % (16, 16, 4.91, 7.12, 1.45, 0.0039)]
+    assert all(re.search(r"ms/step|speed-up|TFLOP", line) for line in kept)  # what gpu_check keeps
+    assert summary.softmax_dropout_lines(kept + ["unrelated speed-up line"]) == [
+        "fused softmax-dropout [16*16, 1024, 1024]: fused 2.10 ms, eager 7.12 ms, 3.39x (target 2x: met); "
+        "max |fused - eager| at p=0 3.90e-03",
+        "fused softmax-dropout [16*16, 1024, 1024]: fused 4.91 ms, eager 7.12 ms, 1.45x (target 2x: not met); "
+        "max |fused - eager| at p=0 3.90e-03"]
+    assert summary.softmax_dropout_lines(None) == []
