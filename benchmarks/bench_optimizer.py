@@ -18,9 +18,9 @@ the floor is the fused step's bytes at the device's copy bandwidth measured in t
 ``copy_`` of the parameters' size). On CUDA one more step of each runs under torch.profiler
 (``--no-kernel-times`` leaves it out): the GPU's busy time in that step (its kernels' durations
 summed), how many kernels it launched, and the largest ones. Busy time well under the step's time
-means the host bounds the step (its launches); busy time near it, the kernels themselves (T5-base's
-parameters are mostly tensors of a few thousand thread blocks' work, too small to fill the GPU one
-call at a time). The parameters are the shapes of ``--arch`` (built on the
+means the host bounds the step (its launches); busy time near it, the kernels themselves (most of
+T5-base's parameters are 9 to 24 of torch's 65,536-element chunks, one thread block each: too few
+to fill the GPU one call at a time). The parameters are the shapes of ``--arch`` (built on the
 meta device, then allocated on ``--device``), fp32, with random gradients; both optimizers start
 from the same state and take the same steps, and their results are compared (max relative error).
 
@@ -174,19 +174,15 @@ def measure(args) -> dict:
 
 def kernel_summary(events, top: int = 3) -> dict:
     """From (name, start us, duration us) of each GPU event of one step: the busy time (durations
-    summed), the span from the first start to the last end, the number of kernels, and the ``top``
-    kernels by summed time as [name, ms, launches]."""
-    if not events:
+    summed), the span from the first start to the last end, the number of kernels (bench_train's
+    `kernel_kinds`), and the ``top`` kernels of any kind by summed time as [name, ms, launches]."""
+    from bench_train import kernel_kinds
+
+    kinds = kernel_kinds(events, top=top)
+    if not kinds:
         return {"busy_ms": 0.0, "span_ms": 0.0, "kernels": 0, "largest": []}
-    by_name = {}
-    for name, _, duration in events:
-        total, runs = by_name.get(name, (0.0, 0))
-        by_name[name] = (total + duration, runs + 1)
-    ranked = sorted(by_name.items(), key=lambda kv: -kv[1][0])[:top]
-    first = min(start for _, start, _ in events)
-    last = max(start + duration for _, start, duration in events)
-    return {"busy_ms": sum(d for _, _, d in events) / 1e3, "span_ms": (last - first) / 1e3, "kernels": len(events),
-            "largest": [[name[:100], total / 1e3, runs] for name, (total, runs) in ranked]}
+    largest = sorted((row for rows in kinds["largest"].values() for row in rows), key=lambda row: -row[1])[:top]
+    return {"busy_ms": kinds["busy_ms"], "span_ms": kinds["span_ms"], "kernels": kinds["kernels"], "largest": largest}
 
 
 def kernel_times(step, device) -> dict:
