@@ -63,6 +63,13 @@ gradient reaching the table, as in the model:
   with it). triton - baseline is what the bias, the table gradient and the backend's host work cost;
   baseline - flash-nobias is what Triton's code at these tiles costs against PyTorch's flash kernels.
   Bias-free and not a backend: never a winner of either kind;
+- cudnn: the ``cudnn`` backend (ast_t5/modules/cudnn_attention.py): cuDNN's fused attention kernels with the
+  stack's (1, H, T, S) bias, whose gradient cuDNN returns summed over the batch (then reduced per distance,
+  in the call: the model does it once per stack); the library option the triton kernels must beat. CUDA
+  with nvidia-cudnn-frontend; elsewhere it runs sdpa (its ``ran`` column says so). Each new shape builds
+  its cuDNN graphs first, in the untimed warm-up calls;
+- cudnn-nondeterministic: the same with cuDNN free to choose non-deterministic backward plans
+  (``cudnn_attention.DETERMINISTIC`` = False; the backend's default is deterministic);
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
   attention run; the lower bound for a biased kernel). With padding it packs the real keys and
@@ -123,13 +130,15 @@ from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: 
 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
             "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-tiles", "triton-frozen",
-            "triton-prebuilt", "triton-baseline", "auto", "flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias")
+            "triton-prebuilt", "triton-baseline", "cudnn", "cudnn-nondeterministic", "auto", "flash-nobias",
+            "sdpa-nobias", "flex-nobias", "triton-nobias")
 NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias", "eager-nobias")
 BASELINE = "triton-baseline"  # bias-free like NOBIAS (same reference), but no backend: never a winner
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
                "sdpa-prebuilt": ("sdpa", "sdpa-masked-no-cudnn"), "flex": ("flex",), "flex-distance": ("flex",),
-               "triton": ("triton-rpe",)}  # every triton row (TRITON_ROWS) too
+               "triton": ("triton-rpe",), "cudnn": ("cudnn",),
+               "cudnn-nondeterministic": ("cudnn",)}  # every triton row (TRITON_ROWS) too
 # the triton backend's rows and the settings of triton_rpe_attention each runs with (BACKWARD, FAR_LOOPS,
 # DROPOUT_MASK, BIAS_LAYOUT; the rest at the module's defaults, as the triton row); a tile row is one of them (not
 # triton-frozen or triton-prebuilt) followed by its tiles, triton-fused-far:64x64x64x4x2 (--triton-blocks)
@@ -165,7 +174,7 @@ OWN_CALL_ROWS = ("triton", "triton-frozen", "triton-prebuilt")
 GRAPH_WARMUP = 3  # --graph: calls before the capture, on its stream (allocations, compilation, autotuning)
 # --graph's rows: ours (whose host and GPU time we need apart), and the lower bound and base they are
 # read against; the dense rows (tens of ms per call: GPU-bound, and a capture costs as much again) are left out
-GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE, "triton-nobias")
+GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE, "triton-nobias", "cudnn", "cudnn-nondeterministic")
 
 
 def graphed(name: str) -> bool:
@@ -378,6 +387,18 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
             out = ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="triton")
             return (out, list(torch.autograd.grad(out, leaves, grad_out))) if backward else (out, [])
         return run_frozen if backward else _without_grad(run_frozen)
+    if name == "cudnn-nondeterministic":
+        # the cudnn row with cuDNN free to pick its non-deterministic backward plans (`DETERMINISTIC`)
+        from ast_t5.modules import cudnn_attention as ca
+
+        def run_nondeterministic():
+            saved, ca.DETERMINISTIC = ca.DETERMINISTIC, False
+            try:
+                folded, _, _ = ab.fold_masks("cudnn", table(length, length), pad, False, dtype=dtype)
+                return finish(ab.attention(*leaves, bias=folded, dropout_p=dropout, backend="cudnn"))
+            finally:
+                ca.DETERMINISTIC = saved
+        return run_nondeterministic if backward else _without_grad(run_nondeterministic)
     if name == "flex-distance":
         def run_distance():
             saved, ab.FLEX_TABLE_GRAD = ab.FLEX_TABLE_GRAD, "distance"
@@ -657,7 +678,7 @@ def run_conditions(args, on_condition: Optional[Callable[[Dict], None]] = None) 
     print(f"# attention fwd+bwd, B{args.batch} H{args.heads} D{args.head_dim} {args.dtype} on "
           f"{torch.cuda.get_device_name() if device.type == 'cuda' else 'cpu'}, torch {torch.__version__}; "
           f"median of {args.repeats}; floor at {args.peak_tflops:g} TFLOP/s")
-    header = (f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<20} {'ran':<22} {'ms':>9} {'host ms':>8} "
+    header = (f"{'T=S':>5} {'drop':>4} {'pad':>3} {'backend':<22} {'ran':<22} {'ms':>9} {'host ms':>8} "
               + (f"{'graph ms':>8} " if args.graph else "")
               + f"{'TFLOP/s':>8} {'floor ms':>8} {'err/ref':>7} {'x sdpa':>6} {'x pre':>6}")
     if args.split:
@@ -802,7 +823,7 @@ def format_row(row, graph: bool = False) -> str:
     ran = row.get("ran", row.get("note", ""))[:22]
     if row.get("pass") == "fwd":
         ran = (ran + " (fwd)")[:22]
-    line = (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<20} "
+    line = (f"{row['length']:>5} {row['dropout']:>4g} {'yes' if row['padded'] else 'no':>3} {row['backend']:<22} "
             f"{ran:<22} {ms:>9} {host:>8} " + (f"{graph_column:>8} " if graph else "")
             + f"{tf:>8} {row['floor_ms']:>8.3f} {err:>7} {xs:>6} {xp:>6}")
     if row.get("fwd_ms") is not None:

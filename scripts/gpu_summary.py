@@ -78,7 +78,8 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         one_loop, far_all, bits = ms("triton-one-loop"), ms("triton-far-all"), ms("triton-bits")
         tiles = ms("triton-tiles")
         pre, flash = ms("sdpa-prebuilt"), ms("flash-nobias")
-        best = min((v for v in (split, fused, one_loop, far_all, bits, tiles) if v is not None), default=None)
+        cudnn = min((v for v in (ms("cudnn"), ms("cudnn-nondeterministic")) if v is not None), default=None)
+        best = min((v for v in (split, fused, one_loop, far_all, bits, tiles, cudnn) if v is not None), default=None)
 
         def versus(value):
             return "" if None in (split, value) else f" ({split / value:.2f}x)"
@@ -96,6 +97,7 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
         if best is not None and pre is not None and dropout > 0 and length == 1024:
             line += f"; x pre {pre / best:.2f} (target >= 2: {'met' if pre / best >= 2 else 'not met'})"
         lines.append(line)
+        lines += _cudnn_lines(by)
         if triton_row and length == 1024:  # the target's shape: a miss of the kernels, or of the host's time
             graph, why = triton_row.get("graph_ms"), triton_row.get("graph_note")
 
@@ -146,6 +148,30 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
             if kernels:
                 lines.append(f"    {name} kernels: " + ", ".join(f"{k[:32]} {v:.3f}" for k, v in
                                                                list(kernels.items())[:6]))
+    return lines
+
+
+def _cudnn_lines(by: Dict) -> List[str]:
+    """The cudnn rows of one condition (cuDNN's fused kernels, the library option) against the triton row, in
+    the call's time and in the GPU's alone (CUDA graphs), with what it decides."""
+    rows = [(name, by[name]) for name in ("cudnn", "cudnn-nondeterministic") if by.get(name, {}).get("ms") is not None]
+    if not rows:
+        return []
+    lines = []
+    triton = by.get("triton", {})
+    for name, row in rows:
+        line = f"    {name} {_ms(row['ms'])}{_host_graph(row)} (ran {row.get('ran', '?')})"
+        if row.get("ran", "").split("+")[0] != "cudnn":
+            lines.append(line + ": not cuDNN's kernels (a fallback): no comparison")
+            continue
+        if triton.get("ms") is not None:
+            ratio = triton["ms"] / row["ms"]
+            line += f"; triton / {name} {ratio:.2f}x"
+            if triton.get("graph_ms") is not None and row.get("graph_ms") is not None:
+                line += f" (GPU time alone {triton['graph_ms'] / row['graph_ms']:.2f}x)"
+            line += (": cuDNN faster, the triton kernels must beat it or leave the biased calls to it" if ratio > 1.03
+                     else ": the triton kernels faster" if ratio < 0.97 else ": a tie")
+        lines.append(line)
     return lines
 
 
@@ -230,6 +256,9 @@ def _variant_decision(overrides: str) -> str:
         return ("AUTO_TABLE's sm90 row may send compiled training to triton, once the triton_gpu_tests step "
                 "passes (test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels: "
                 "the compiled packed gradients against eager)")
+    if "attention_backend=cudnn" in overrides:
+        return ("AUTO_TABLE's sm90 row may send biased calls to cudnn (cuDNN's kernels: the library option), once "
+                "the cudnn_gpu_tests step passes; the triton kernels then have to beat it or go")
     if "optimizer.compiled=true" in overrides:
         return "optimizer.compiled may become the default on CUDA"
     if "compile_scope=layers" in overrides:
@@ -442,7 +471,7 @@ def summary(figures: Dict) -> List[str]:
     lines = [f"gpu_check summary ({figures.get('device', '?')}, torch {figures.get('torch', '?')}, "
              f"{figures.get('date', '?')})"]
     lines += steps_lines(figures)
-    for key in ("attention", "attention_lengths"):
+    for key in ("attention", "attention_lengths", "attention_cudnn"):
         if isinstance(figures.get(key), dict):
             for length in sorted({r.get("length") for r in figures[key].get("rows", [])}):
                 lines += attention_lines(figures[key], length)

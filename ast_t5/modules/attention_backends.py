@@ -47,6 +47,14 @@
   there the T5-base trainer ran 1.21x as fast on it as on sdpa (H200, 2026-11-28, bench_train.py's
   variants side by side: 100.6 against 121.4 ms per update). The sm90 row waits for its CUDA tests
   (the compiled packed gradients against eager: `scripts/gpu_check.sh`'s triton_gpu_tests step).
+- ``cudnn``: cuDNN's fused attention kernels for biased calls (`cudnn_attention`; the optional
+  ``nvidia-cudnn-frontend`` package): the stack's (1, H, T, S) bias built once from the per-distance
+  vector, its gradient returned by cuDNN summed over the batch and reduced per distance by
+  `distance_grad`; padding as each sample's count of keys (right padding, checked on the device),
+  causality and dropout in cuDNN's kernels. The library option for the relative bias's gradient (PyTorch's
+  own cuDNN path takes no trainable bias). Bias-free calls use ``flash``; calls it cannot take (no
+  frontend, CPU tensors, fp32, a key count that is not a multiple of 8, a dense bias, cached decoding) go
+  to ``sdpa``, logged once. Not measured yet: not in `AUTO_TABLE`.
 - ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
   choice is logged once. On CPU and on sm90 (H100, H200): ``sdpa`` (as measured by
   benchmarks/bench_model.py).
@@ -71,7 +79,7 @@ from .relative_position_bias import RelativeBias
 
 logger = logging.getLogger(__name__)
 
-ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash", "flex", "triton")
+ATTENTION_BACKENDS = ("auto", "torch", "fused", "sdpa", "flash", "flex", "triton", "cudnn")
 # auto sends biased calls to flex only beyond one flex block (128) of queries (keys: as many in
 # self-attention). Shorter calls (incremental decoding, short batches) stay on sdpa: flex gains
 # little there, and under torch.compile a one-block BlockMask specializes the graph (a size-1
@@ -447,6 +455,25 @@ def _triton_unsupported(q, k, v, bias) -> Optional[str]:
     return triton_rpe_attention.unsupported_reason(q, k, v, rel.per_distance)
 
 
+def _cudnn_unsupported(q, k, v, bias) -> Optional[str]:
+    """Why a biased call cannot run on cuDNN's kernels, or None."""
+    _, reason = _per_distance_unsupported(bias)
+    if reason is not None:
+        return reason
+    from . import cudnn_attention
+
+    return cudnn_attention.unsupported_reason(q, k, v)
+
+
+def _cudnn(q, k, v, bias: "FoldedBias", dropout_p, scale):
+    from .cudnn_attention import cudnn_attention
+
+    _count("cudnn")
+    dense, seq_len_kv = bias.cudnn_inputs()
+    return cudnn_attention(q, k, v, dense, seq_len_kv=seq_len_kv, causal=bias.causal, dropout_p=dropout_p,
+                           scale=scale)
+
+
 _NOBIAS_PADDING = [None]  # (key padding mask, its version, SharedInputs) of the last bias-free triton call
 
 
@@ -500,7 +527,7 @@ class FoldedBias:
     """
 
     def __init__(self, rel: RelativeBias, key_padding_mask, causal: bool, dense: Optional[torch.Tensor],
-                 flex: bool = True, block_mask=None):
+                 flex: bool = True, block_mask=None, cudnn: bool = False):
         self.rel = rel
         self.key_padding_mask = key_padding_mask
         self.causal = causal
@@ -516,6 +543,13 @@ class FoldedBias:
         if flex and FLEX_TABLE_GRAD == "dense" and _needs_table_grad(rel) and rel.per_distance.is_cuda:
             # built here, once per stack, outside any layer's activation checkpoint
             self._flex_dense = rel.dense().float()
+        self._cudnn_inputs = None
+        if cudnn:
+            from . import cudnn_attention
+
+            if rel.per_distance.device.type in cudnn_attention.executor().device_types:
+                # built here, once per stack, like the flex bias above
+                self._cudnn_inputs = self._make_cudnn_inputs()
 
     def varying_tensors(self) -> list:
         """The tensors held here whose sizes follow the batch and the lengths: what
@@ -523,7 +557,22 @@ class FoldedBias:
         torch's automatic dynamic shapes, the key padding mask's batch size made one more graph of the
         encoder layer at the first new batch size)."""
         dense = self.dense.varying_tensors() if isinstance(self.dense, TappedMask) else [self.dense]
-        return [t for t in (self.key_padding_mask, *dense) if torch.is_tensor(t)]
+        return [t for t in (self.key_padding_mask, *dense, *(self._cudnn_inputs or ())) if torch.is_tensor(t)]
+
+    def _make_cudnn_inputs(self) -> tuple:
+        from .cudnn_attention import seq_len_from_padding
+
+        seq_len_kv = None if self.key_padding_mask is None else seq_len_from_padding(self.key_padding_mask)
+        return self.rel.dense(), seq_len_kv
+
+    def cudnn_inputs(self) -> tuple:
+        """What the ``cudnn`` backend's calls share: the (1, H, T, S) bias of the per-distance vector (in its
+        dtype: each call casts it, so that the layers' gradients add up in that dtype) and each sample's count
+        of keys ((B,) int32, None without padding); built with the stack's other inputs when it was made for
+        ``cudnn``, else now."""
+        if self._cudnn_inputs is None:
+            return self._make_cudnn_inputs()
+        return self._cudnn_inputs
 
     def triton_inputs(self):
         """The `triton_rpe_attention.SharedInputs` of this stack's layers (padding counts and bias
@@ -583,7 +632,7 @@ def resolve_backend(backend: str, device: torch.device, has_bias: bool, dtype: t
     if backend == "flash" and has_bias:
         log_once("attention backend flash: biased attention (relative positions) -> sdpa")
         return "sdpa"
-    if backend in ("flex", "triton") and not has_bias:
+    if backend in ("flex", "triton", "cudnn") and not has_bias:
         return "flash"
     if backend == "flex" and dropout_p > 0:
         log_once("attention backend flex: FlexAttention has no dropout; calls with attention dropout -> sdpa")
@@ -738,6 +787,8 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
     - ``fused``: the dense bias, masks unchanged (the kernel broadcasts them itself).
     - ``flex``: a `FoldedBias` (bias per distance + block mask); no dense bias is built.
     - ``triton``: a `FoldedBias` (bias per distance + the masks the kernel applies itself).
+    - ``cudnn``: a `FoldedBias` holding the (1, H, T, S) bias and each sample's count of keys, built here
+      once for every layer.
     - ``auto``: the form of the backend `AUTO_TABLE` gives for ``dropout_p`` (the model's stacks
       always say it). When the caller does not say (``dropout_p=None``), on CUDA: with autograd on
       (training, perhaps with attention dropout) a `FoldedBias` that also holds the dense mask,
@@ -759,6 +810,8 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
     device = bias.device
     if isinstance(bias, RelativeBias) and backend == "triton":
         return FoldedBias(bias, key_padding_mask, causal, None, flex=False), None, False
+    if isinstance(bias, RelativeBias) and backend == "cudnn":
+        return FoldedBias(bias, key_padding_mask, causal, None, flex=False, cudnn=True), None, False
     if isinstance(bias, RelativeBias) and backend == "auto" and dropout_p is not None:
         # the caller knows the dropout: prepare exactly the form of the backend the table gives
         choice, _ = auto_choice(device, dtype or bias.dtype, dropout_p, True, bias.q_len)
@@ -829,9 +882,15 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if reason is not None:
             log_once("attention backend triton: %s -> sdpa for those calls", reason)
             backend = "sdpa"
+    if backend == "cudnn":
+        reason = _cudnn_unsupported(q, k, v, bias)
+        if reason is not None:
+            log_once("attention backend cudnn: %s -> sdpa for those calls", reason)
+            backend = "sdpa"
     if isinstance(bias, RelativeBias):
-        if backend in ("flex", "triton"):
-            bias = FoldedBias(bias, key_padding_mask, causal, None, flex=backend == "flex")
+        if backend in ("flex", "triton", "cudnn"):
+            bias = FoldedBias(bias, key_padding_mask, causal, None, flex=backend == "flex",
+                              cudnn=backend == "cudnn")
             key_padding_mask, causal = None, False
         else:
             bias = bias.dense()
@@ -840,6 +899,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
             return _flex(q, k, v, bias, scale)
         if backend == "triton":
             return _triton(q, k, v, bias, dropout_p, scale, packed_qkv)
+        if backend == "cudnn":
+            return _cudnn(q, k, v, bias, dropout_p, scale)
         bias = bias.dense_mask(q.dtype)
         if isinstance(bias, TappedMask):
             bias = bias.for_call(q.size(0))

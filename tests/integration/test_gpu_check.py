@@ -41,14 +41,19 @@ def test_usage_errors_exit_2_before_any_work(tmp_path):
 def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="attention", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and steps == [(name, "planned") for name in (
-        "build", "bench_attention", "bench_model", "bench_model_compiled", "attention_profile", "triton_tiles",
-        "attention_tests", "bench_attention_lengths")]
+        "build", "cudnn_gpu_tests", "cudnn_attention", "bench_attention", "bench_model", "bench_model_compiled",
+        "attention_profile", "triton_tiles", "attention_tests", "bench_attention_lengths")]
     # the attention tables time each row in a CUDA graph too (graph ms beside ms); the tile sweep does not
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
     # the compiled step: auto against triton at the layers scope, its own JSON, Hugging Face left out
     assert ("--gpu-compile --gpu-compile-scope layers --gpu-backends triton --gpu-dropouts 0 --gpu-no-hf "
             in commands["bench_model_compiled"] and "/model_compiled.json" in commands["bench_model_compiled"])
     assert " --graph " in commands["bench_attention"] and " --graph " in commands["bench_attention_lengths"]
+    # cuDNN's kernels: its CUDA tests, then its rows beside the triton backend's (CUDA graphs too), no dropout
+    assert "test_cudnn_attention.py -k test_gpu_" in commands["cudnn_gpu_tests"]
+    assert ("--lengths 1024 512 --dropouts 0 --backends cudnn cudnn-nondeterministic triton sdpa-prebuilt "
+            "triton-baseline flash-nobias --graph --json " in commands["cudnn_attention"]
+            and "/attention_cudnn.json" in commands["cudnn_attention"])
     assert "--graph" not in commands["triton_tiles"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and [name for name, _ in steps] == ["build", "triton_gpu_tests", "bench_train_variants", "recipe",
@@ -60,25 +65,27 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
                                           "bench_train", "bias_grad", "optimizer", "host_overhead", "compile_scope",
                                           "other_tests", "norm_ffn"]
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
-    # on the training backend (triton once triton_gpu_tests passed: planned here), against inductor's autotuning
-    assert ("bench_train.py --device cuda --no-hf --backend triton --versus "
-            "++model.compile_mode=max-autotune-no-cudagraphs --json " in commands["bench_train_variants"]
+    # on the training backend (triton once triton_gpu_tests passed: planned here), against the cudnn backend
+    # (first: a cut run keeps it) and inductor's autotuning
+    assert ("bench_train.py --device cuda --no-hf --backend triton --versus ++model.attention_backend=cudnn "
+            "--versus ++model.compile_mode=max-autotune-no-cudagraphs --json " in commands["bench_train_variants"]
             and "/train_variants.json" in commands["bench_train_variants"])
     # headline: the triton backend's CUDA tests (what the sm90 row of AUTO_TABLE waits for), then the
     # steps that measure the two issues' targets, issue 11's first, in the script's order
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=10000)
     assert rc == 0 and [name for name, _ in steps] == ["build", "triton_gpu_tests", "recipe", "bench_train",
-                                                      "bench_model"]
+                                                      "cudnn_gpu_tests", "cudnn_attention", "bench_model"]
     commands = {line.split()[1]: line for line in out.splitlines() if line.startswith("== ")}
     assert "test_triton_rpe_attention.py -k test_gpu_" in commands["triton_gpu_tests"]
     # the recipe and bench_train's trainer run on the triton backend once those tests pass (a dry run plans it so)
     assert "--override ++model.attention_backend=triton " in commands["recipe"]
     assert "--profile --backend triton --json " in commands["bench_train"]
     # at the budget the next lent session runs it with, charging every step its whole cap (the worst case):
-    # build, the tests and the recipe fit, bench_train and bench_model wait for a resumed call
+    # build, the tests and the recipe fit, the rest waits for a resumed call
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="headline", GPU_CHECK_BUDGET_S=520)
     assert steps == [("build", "planned"), ("triton_gpu_tests", "planned"), ("recipe", "planned"),
-                     ("bench_train", "skipped"), ("bench_model", "skipped")]
+                     ("bench_train", "skipped"), ("cudnn_gpu_tests", "skipped"), ("cudnn_attention", "skipped"),
+                     ("bench_model", "skipped")]
     # the attention test files leave out the triton file's test_gpu_ tests when that step ran them
     rc, steps, out, _ = plan(tmp_path, GPU_CHECK_STEPS="triton_gpu_tests attention_tests", GPU_CHECK_BUDGET_S=1000)
     assert "tests/fused_ops -k not test_gpu_" in out
@@ -91,10 +98,11 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
                              GPU_CHECK_BUDGET_S=1000)
     assert "--override ++model.attention_backend=sdpa " in out and "--backend sdpa " in out
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_BUDGET_S=10000)  # all: both groups, the train one's first two first
-    assert len(steps) == 18 and [name for name, _ in steps[:8]] == ["build", "triton_gpu_tests",
-                                                                    "bench_train_variants", "recipe",
-                                                                    "bench_train", "bias_grad",
-                                                                    "optimizer", "bench_attention"]
+    assert len(steps) == 20 and [name for name, _ in steps[:10]] == ["build", "triton_gpu_tests",
+                                                                     "bench_train_variants", "recipe",
+                                                                     "bench_train", "cudnn_gpu_tests",
+                                                                     "cudnn_attention", "bias_grad",
+                                                                     "optimizer", "bench_attention"]
     assert steps[-1][0] == "norm_ffn"
 
 

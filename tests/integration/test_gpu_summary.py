@@ -179,6 +179,8 @@ def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
                              {"overrides": "+optimizer.compiled=true", "speedup_vs_ours": 1.01, "mfu": 0.238,
                               "peak_memory_gib": 17.0, "oom_recoveries": 0},
                              {"overrides": "model.foo=1", "speedup_vs_ours": 0.9, "mfu": 0.21, "oom_recoveries": 2},
+                             {"overrides": "++model.attention_backend=cudnn", "speedup_vs_ours": 1.3, "mfu": 0.31,
+                              "oom_recoveries": 0},
                              {"overrides": "++model.compile_scope=layers", "speedup_vs_ours": 0.99, "mfu": 0.234,
                               "oom_recoveries": 0, "partial": "one block beside ours right after its warm-up"}],
                 "failed_variants": [{"overrides": "++model.attention_backend=flex", "failed": "OutOfMemoryError: x"}]}
@@ -190,6 +192,8 @@ def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
             "(faster: AUTO_TABLE's sm90 row may send compiled training to triton, once the triton_gpu_tests step "
             "passes") in out, out
     assert "  + +optimizer.compiled=true: 1.01x ours' tokens/s" in out and "(a tie, within 2%)" in out
+    assert ("  + ++model.attention_backend=cudnn: 1.30x ours' tokens/s, MFU 31.0%, peak n/a GiB, oom recoveries 0 "
+            "(faster: AUTO_TABLE's sm90 row may send biased calls to cudnn") in out, out
     assert "  + model.foo=1: 0.90x ours' tokens/s, MFU 21.0%, peak n/a GiB, oom recoveries 2 (slower)" in out, out
     # compiling per layer costs a third of the compile: a tie decides it too; a cut run's block is marked
     assert ("  + ++model.compile_scope=layers: 0.99x ours' tokens/s, MFU 23.4%, peak n/a GiB, oom recoveries 0 "
@@ -369,3 +373,24 @@ def test_the_softmax_dropout_line_reads_what_bench_model_writes():
         "fused softmax-dropout [16*16, 1024, 1024]: fused 4.91 ms, eager 7.12 ms, 1.45x (target 2x: not met); "
         "max |fused - eager| at p=0 3.90e-03"]
     assert summary.softmax_dropout_lines(None) == []
+
+
+def test_the_cudnn_rows_read_against_the_triton_row_and_count_for_the_target(tmp_path):
+    """cudnn_attention's rows (attention_cudnn.json): cuDNN's kernels against the triton row, in the call's time and
+    the GPU's alone, with what the ratio decides; they count for issue 10's 1.0 ms target like any backend; a row
+    that fell back to another kernel is not compared."""
+    figures = {"attention_cudnn": {"device_name": "NVIDIA H200", "rows": [
+        row("triton", 0.0, False, 1.9, graph_ms=1.5), row("cudnn", 0.0, False, 0.95, ran="cudnn", graph_ms=0.75),
+        row("cudnn-nondeterministic", 0.0, False, 0.9, ran="cudnn"), row("sdpa-prebuilt", 0.0, False, 2.4),
+        row("triton", 0.0, True, 1.0, length=512), row("cudnn", 0.0, True, 1.2, length=512, ran="cudnn"),
+        row("cudnn", 0.0, False, 2.0, length=512, ran="sdpa-masked-no-cudnn"),
+        row("triton", 0.0, False, 1.0, length=512)]}}
+    proc = run(tmp_path, figures)
+    assert proc.returncode == 0, proc.stderr
+    out = proc.stdout
+    assert ("    cudnn 0.950 (graph 0.750) (ran cudnn); triton / cudnn 2.00x (GPU time alone 2.00x): cuDNN faster, the "
+            "triton kernels must beat it or leave the biased calls to it") in out, out
+    assert "    cudnn-nondeterministic 0.900 (ran cudnn); triton / cudnn-nondeterministic 2.11x" in out
+    assert "target <= 1.0 ms: met (0.900)" in out  # the fastest biased row, cuDNN's here
+    assert "    cudnn 1.200 (ran cudnn); triton / cudnn 0.83x: the triton kernels faster" in out
+    assert "    cudnn 2.000 (ran sdpa-masked-no-cudnn): not cuDNN's kernels (a fallback): no comparison" in out

@@ -1,0 +1,357 @@
+"""Tests of the ``cudnn`` attention backend (ast_t5/modules/cudnn_attention.py).
+
+cuDNN runs on a GPU only. On the CPU these tests run every other part of the backend (the custom ops,
+their fake implementations and gradients, padding, causality, dropout's seeding, the bias's gradient
+reduced per distance, torch.compile, a model's training step) with `cudnn_attention.ReferenceExecutor`,
+the graphs' contract written in PyTorch, in place of cuDNN; and they check the graphs' descriptions
+with cudnn-frontend itself, which validates a described graph without a GPU. The GPU tests (marked
+``cuda``; `scripts/gpu_check.sh`'s cudnn steps) run cuDNN and fail if its kernels did not run.
+"""
+import re
+
+import pytest
+import torch
+
+from ast_t5.modules import attention_backends as ab
+from ast_t5.modules import cudnn_attention as ca
+from ast_t5.modules.relative_position_bias import RelativePositionBias
+
+CUDA = torch.cuda.is_available()
+
+
+def requires_cuda(test):
+    """GPU test: marked ``cuda``, skipped without CUDA or without the frontend (an optional dependency)."""
+    test = pytest.mark.skipif(CUDA and ca.cudnn_frontend() is None,
+                              reason=f"nvidia-cudnn-frontend is not importable: {ca.import_error()}")(test)
+    return pytest.mark.cuda(pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU (cuDNN's kernels)")(test))
+
+
+needs_frontend = pytest.mark.skipif(ca.cudnn_frontend() is None,
+                                    reason=f"nvidia-cudnn-frontend is not importable ({ca.import_error()}); "
+                                           "scripts/install.sh installs it")
+
+
+@pytest.fixture
+def reference_executor():
+    previous = ca.set_executor(ca.ReferenceExecutor())
+    try:
+        yield
+    finally:
+        ca.set_executor(previous)
+
+
+def make(B=3, H=4, T=16, S=16, D=8, dtype=torch.float64, device="cpu", seed=0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, n, D, generator=g).to(device, dtype).requires_grad_() for n in (T, S, S))
+    torch.manual_seed(seed)
+    table = RelativePositionBias(H, 8, 6, bidirectional=True).to(device, torch.float64 if dtype == torch.float64
+                                                                  else torch.float32)
+    with torch.no_grad():
+        table.embedding.weight.normal_()
+    return q, k, v, table
+
+
+def right_padding(B, S, device="cpu"):
+    lengths = torch.tensor([S - (5 * b) % max(1, S // 2) for b in range(B)])
+    return (torch.arange(S)[None, :] >= lengths[:, None]).to(device)
+
+
+def run(backend, q, k, v, table, pad, causal, dropout_p=0.0, scale=0.5):
+    """One call as a model's stack makes it (`fold_masks`, then `attention`), and the gradients of a fixed
+    linear function of its output with respect to q, k, v and the bucket table."""
+    rel = table(q.size(2), k.size(2))
+    folded, fpad, fcausal = ab.fold_masks(backend, rel, pad, causal, dtype=q.dtype, dropout_p=dropout_p)
+    out = ab.attention(q, k, v, bias=folded, key_padding_mask=fpad, causal=fcausal, dropout_p=dropout_p,
+                       scale=scale, backend=backend)
+    weights = torch.linspace(-1, 1, out.numel(), dtype=out.dtype).reshape(out.shape)
+    return out, torch.autograd.grad((out * weights).sum(), [q, k, v, table.embedding.weight])
+
+
+# ------------------------------------------------------------------------------ CPU: the plumbing
+@pytest.mark.parametrize("T,S,padded,causal", [(16, 16, True, False), (16, 16, False, True), (24, 16, True, False),
+                                               (16, 16, False, False)])
+def test_backend_matches_the_torch_backend(reference_executor, T, S, padded, causal):
+    """Output and the gradients of q, k, v and the bucket table (through the stack's dense bias, its per-call
+    cast and `distance_grad`) equal the eager reference backend's, in float64."""
+    q, k, v, table = make(T=T, S=S)
+    pad = right_padding(3, S) if padded else None
+    ab.DISPATCH_COUNTS.clear()
+    out, grads = run("cudnn", q, k, v, table, pad, causal)
+    assert ab.DISPATCH_COUNTS["cudnn"] == 1 and ab.DISPATCH_COUNTS["sdpa"] == 0, dict(ab.DISPATCH_COUNTS)
+    ref, ref_grads = run("torch", q, k, v, table, pad, causal)
+    assert (out - ref).abs().max() < 1e-12
+    for name, got, want in zip(("q", "k", "v", "table"), grads, ref_grads):
+        assert (got - want).abs().max() < 1e-11 * (want.abs().max() + 1), name
+    assert out.permute(0, 2, 1, 3).is_contiguous()  # (B, T, H, D) memory: merging the heads is a view
+
+
+def test_the_custom_ops_pass_torchs_checks_and_gradcheck(reference_executor):
+    """torch.library.opcheck (schema, fake implementations against the real outputs' shapes and strides,
+    autograd registration, AOT dispatch) on both ops, and gradcheck of the forward op in float64 with
+    padding, causality and dropout: the backward must use the forward's dropout mask (the same seed)."""
+    B, H, T, D = 2, 2, 8, 4
+    q, k, v, _ = make(B=B, H=H, T=T, S=T, D=D)
+    bias = torch.randn(1, H, T, T, dtype=torch.float64, requires_grad=True)
+    seq_len_kv = torch.tensor([8, 5], dtype=torch.int32)
+    seed = torch.tensor([1234], dtype=torch.int64)
+    for args in ((q, k, v, bias, seq_len_kv, seed, 0.3, 0.5, True), (q, k, v, bias, None, None, 0.0, 1.0, False)):
+        torch.library.opcheck(torch.ops.ast_t5.cudnn_attention_fwd.default, args)
+        out, stats = torch.ops.ast_t5.cudnn_attention_fwd(*args)
+        backward_args = (torch.randn_like(out), q, k, v, out, stats, bias, *args[4:], True)
+        torch.library.opcheck(torch.ops.ast_t5.cudnn_attention_bwd.default,
+                              tuple(t.detach() if torch.is_tensor(t) else t for t in backward_args))
+
+        def forward(q, k, v, bias):
+            return torch.ops.ast_t5.cudnn_attention_fwd(q, k, v, bias, *args[4:])[0]
+        assert torch.autograd.gradcheck(forward, (q, k, v, bias))
+
+
+def test_dropout_is_seeded_from_torchs_generator(reference_executor):
+    """With attention dropout, the same torch seed gives the same output and gradients, another seed others,
+    and the expected output over draws is the dropout-free one's (each probability kept with 1 - p, scaled)."""
+    q, k, v, table = make()
+
+    def seeded(seed, p=0.25):
+        torch.manual_seed(seed)
+        return run("cudnn", q, k, v, table, None, False, dropout_p=p)
+
+    (a, grads_a), (b, grads_b), (c, _) = seeded(1), seeded(1), seeded(2)
+    assert torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(grads_a, grads_b))
+    assert (a - c).abs().max() > 1e-3
+    mean = torch.stack([seeded(s)[0] for s in range(200)]).mean(0)
+    plain, _ = run("cudnn", q, k, v, table, None, False)
+    assert (mean - plain).abs().mean() < 0.1 * plain.abs().mean()
+
+
+def test_compiled_attention_is_one_graph_with_the_ops_and_matches_eager(reference_executor):
+    """Under torch.compile (fullgraph) the call traces into one graph holding the forward op (its fake
+    implementation stands in while tracing); output and gradients equal the eager call's."""
+    q, k, v, table = make(T=16, S=16)
+    pad = right_padding(3, 16)
+    graphs = []
+
+    def backend(gm, example_inputs):
+        graphs.append(gm.code)
+        from torch._dynamo.backends.debugging import aot_eager
+
+        return aot_eager(gm, example_inputs)
+
+    def call(q, k, v):
+        folded, _, _ = ab.fold_masks("cudnn", table(16, 16), pad, False, dtype=q.dtype, dropout_p=0.0)
+        return ab.attention(q, k, v, bias=folded, scale=0.5, backend="cudnn")
+
+    def with_grads(fn):
+        out = fn(q, k, v)
+        return out, torch.autograd.grad(out.sin().sum(), [q, k, v, table.embedding.weight])
+
+    torch._dynamo.reset()
+    out, grads = with_grads(torch.compile(call, backend=backend, fullgraph=True))
+    ref, ref_grads = with_grads(call)
+    assert len(graphs) == 1 and "ast_t5.cudnn_attention_fwd" in graphs[0], graphs
+    assert (out - ref).abs().max() < 1e-12
+    for got, want in zip(grads, ref_grads):
+        assert (got - want).abs().max() < 1e-11 * (want.abs().max() + 1)
+
+
+def test_a_models_training_step_on_the_backend_matches_the_torch_backend(reference_executor):
+    """A tiny T5 v1.1 (padded source, causal biased decoder self-attention, bias-free cross-attention): loss
+    and every parameter's gradient as with the eager reference backend; the encoder's and the decoder's
+    biased calls ran on the backend (the decoder's cross-attention on flash's path)."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0)
+    model = AstT5Model.from_dictionary(d, attention_backend="cudnn", **kwargs).double().train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).double().train()
+    reference.load_state_dict(model.state_dict())
+    src = torch.randint(4, len(d), (3, 24))
+    src[1, -7:] = d.pad()
+    prev = torch.randint(4, len(d), (3, 16))
+    ab.DISPATCH_COUNTS.clear()
+    loss = model(src, None, prev)[0].logsumexp(-1).mean()
+    layers = len(model.encoder.layers) + len(model.decoder.layers)
+    assert ab.DISPATCH_COUNTS["cudnn"] == layers, dict(ab.DISPATCH_COUNTS)
+    loss.backward()
+    ref = reference(src, None, prev)[0].logsumexp(-1).mean()
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 1e-12
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() < 1e-10 * (p_ref.grad.abs().max() + 1), name
+
+
+# ------------------------------------------------------------------------------- CPU: the fallbacks
+def test_cpu_tensors_fall_back_to_sdpa_with_the_reason_logged(caplog):
+    """With cuDNN as the executor (the default), CPU tensors cannot run: the call runs on sdpa, once logged."""
+    q, k, v, table = make(dtype=torch.float32)
+    ab._LOGGED.clear()
+    ab.DISPATCH_COUNTS.clear()
+    with caplog.at_level("INFO", logger=ab.logger.name):
+        out, _ = run("cudnn", q, k, v, table, right_padding(3, 16), False)
+    assert ab.DISPATCH_COUNTS["cudnn"] == 0 and ab.DISPATCH_COUNTS["sdpa"] == 1
+    assert "attention backend cudnn: cuDNN attention runs on CUDA tensors, not cpu -> sdpa" in caplog.text
+    ref, _ = run("sdpa", q, k, v, table, right_padding(3, 16), False)
+    assert torch.equal(out, ref)
+
+
+@pytest.mark.parametrize("shape,why", [(dict(S=12), "12 keys"), (dict(D=12), "head sizes 12 and 12")])
+def test_calls_cudnn_cannot_take_fall_back(reference_executor, shape, why):
+    q, k, v, _ = make(**shape)
+    assert why in ca.unsupported_reason(q, k, v)
+    q, k, v, table = make(**shape)
+    ab.DISPATCH_COUNTS.clear()
+    run("cudnn", q, k, v, table, None, False)
+    assert ab.DISPATCH_COUNTS["cudnn"] == 0 and ab.DISPATCH_COUNTS["sdpa"] == 1
+
+
+def test_bias_free_calls_go_to_flash_and_cached_decoding_to_sdpa(reference_executor):
+    assert ab.resolve_backend("cudnn", torch.device("cpu"), has_bias=False) == "flash"
+    q, k, v, table = make(T=1, S=16)
+    assert "cached decoding" in ab._cudnn_unsupported(q, k, v, table(1, 16, query_offset=15))
+    ab.DISPATCH_COUNTS.clear()
+    out = ab.attention(q, k, v, bias=table(1, 16, query_offset=15), backend="cudnn")
+    ref = ab.attention(q, k, v, bias=table(1, 16, query_offset=15), backend="torch")
+    assert ab.DISPATCH_COUNTS["cudnn"] == 0 and (out - ref).abs().max() < 1e-12
+
+
+def test_key_padding_must_be_right_padding():
+    right = right_padding(3, 16)
+    assert ca.seq_len_from_padding(right).tolist() == (~right).sum(1).tolist()
+    left = right.flip(1)
+    with pytest.raises(RuntimeError, match="right padding"):
+        ca.seq_len_from_padding(left)
+
+
+# --------------------------------------------------------------------- CPU: the graphs' descriptions
+def _binding_parameters(name: str) -> set:
+    """The parameters of cudnn-frontend's compiled builder ``name`` (sdpa, sdpa_backward), from its signature."""
+    signature = getattr(ca.cudnn_frontend()._pybind_module.backend_graph, name).__doc__.splitlines()[0]
+    return set(re.findall(r"[(,]\s*(\w+):", signature)) - {"self"}
+
+
+def _keywords(node) -> set:
+    """The keywords a described node was given: its tensor ports and scalars (dropout's flattened parts as
+    ``dropout``), and the tensors given as arguments that it writes (dBias)."""
+    names = set(node.inputs) | set(node.params) | (set(getattr(node, "outputs", {})) & {"dBias"})
+    return {"dropout" if re.fullmatch(r"_?dropout_\w+", n) else n for n in names}
+
+
+@needs_frontend
+@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("dropout_p", [0.0, 0.1])
+def test_graph_descriptions_validate_and_use_only_the_bindings_keywords(padded, causal, dropout_p):
+    """Each configuration's forward and backward graphs, described for the q, k, v of a packed (B, T, 3, H, D)
+    projection as the model passes them: cudnn-frontend validates them (no GPU needed), every tensor of the
+    call is a port of the graph, and every keyword is a parameter of the frontend's compiled builder (which
+    cudnn-frontend's Python layer would pass on unchecked)."""
+    B, H, T, D = 2, 4, 64, 32
+    packed = torch.empty(B, T, 3, H, D, dtype=torch.bfloat16)
+    q, k, v = packed.permute(2, 0, 3, 1, 4).unbind(0)
+    bias = torch.empty(1, H, T, T, dtype=torch.bfloat16)
+    masks = ca._mask_tensors(q, torch.full((B,), T, dtype=torch.int32) if padded else None,
+                             torch.zeros(1, dtype=torch.int64) if dropout_p else None)
+    out = ca._empty_heads_inner((B, H, T, D), q)
+    stats = torch.empty(B, H, T, 1)
+    forward = dict(q=q, k=k, v=v, bias=bias, o=out, stats=stats, **masks)
+    backward = dict(q=q, k=k, v=v, o=out, dO=out, stats=stats, bias=bias, dBias=torch.empty_like(bias),
+                    **{name: ca._empty_heads_inner(t.shape, t) for name, t in (("dQ", q), ("dK", k), ("dV", v))},
+                    **masks)
+    for describe, tensors, builder in ((ca.describe_forward, forward, "sdpa"),
+                                       (ca.describe_backward, backward, "sdpa_backward")):
+        graph, ports = describe(tensors, dropout_p, 0.125, causal)
+        assert set(ports) == set(tensors)
+        node, = graph.nodes
+        keywords = _keywords(node)
+        assert keywords - _binding_parameters(builder) == set()
+        assert ("use_padding_mask" in keywords) == padded and ("diagonal_band_right_bound" in keywords) == causal
+        assert ("dropout" in keywords) == (dropout_p > 0)
+        written = "o" if builder == "sdpa" else "dQ"  # an output laid out as the module allocates it
+        assert ports[written].stride == list(tensors[written].stride())
+
+
+# ------------------------------------------------------------------------------------------ GPU
+def _gpu_inputs(length, padded, seed=0):
+    q, k, v, table = make(B=2, H=4, T=length, S=length, D=64, dtype=torch.bfloat16, device="cuda", seed=seed)
+    table = RelativePositionBias(4, 32, 128, bidirectional=True).cuda()
+    with torch.no_grad():
+        table.embedding.weight.normal_()
+    return q, k, v, table, right_padding(2, length, "cuda") if padded else None
+
+
+def _errors(got, ref):
+    return [(a.double() - b.double()).abs().max().item() / (b.abs().max().item() or 1.0) for a, b in zip(got, ref)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("length,padded,causal", [(512, True, False), (256, False, True), (1024, True, False),
+                                                  (576, True, False)])  # 576 % 128 == 64: cuDNN's bad mask case
+def test_gpu_cudnn_within_a_small_multiple_of_torchs_bf16_error(length, padded, causal):
+    """cuDNN's kernels ran (a call counted, graphs built), and output and the gradients of q, k, v and the
+    bucket table are within a small multiple of PyTorch's own bf16 error against the float32 reference."""
+    q, k, v, table, pad = _gpu_inputs(length, padded)
+    ab.DISPATCH_COUNTS.clear()
+    got = run("cudnn", q, k, v, table, pad, causal, scale=1.0)
+    assert ab.DISPATCH_COUNTS["cudnn"] == 1 and ab.DISPATCH_COUNTS["sdpa-masked-no-cudnn"] == 0
+    assert isinstance(ca.executor(), ca.CudnnExecutor)
+    shapes = {tuple(layout[1]) for key in ca.GRAPHS for layout in key[-4] if layout[0] == "q"}
+    assert (2, 4, length, 64) in shapes, shapes  # this call's graphs were built (and so ran)
+    wide = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    ref = run("torch", *wide, table, pad, causal, scale=1.0)
+    own = run("torch", *[t.detach().requires_grad_() for t in (q, k, v)], table, pad, causal, scale=1.0)
+    for name, err, own_err in zip("out dq dk dv dtable".split(), _errors([got[0], *got[1]], [ref[0], *ref[1]]),
+                                  _errors([own[0], *own[1]], [ref[0], *ref[1]])):
+        assert err <= 4 * own_err + 1e-3, (name, err, own_err)
+
+
+@requires_cuda
+def test_gpu_dropout_is_reproducible_and_drops():
+    q, k, v, table, pad = _gpu_inputs(256, True)
+
+    def seeded(seed, p=0.1):
+        torch.manual_seed(seed)
+        return run("cudnn", q, k, v, table, pad, False, dropout_p=p, scale=1.0)
+
+    (a, grads_a), (b, grads_b) = seeded(5), seeded(5)
+    assert torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(grads_a, grads_b))
+    plain, _ = seeded(5, p=0.0)
+    assert (a - plain).abs().max() > 1e-2 and all(torch.isfinite(g).all() for g in grads_a)
+
+
+@requires_cuda
+def test_gpu_compiled_model_with_the_cudnn_backend_matches_eager_in_one_graph():
+    """The model compiled, in bf16 autocast as the recipes train: cuDNN's ops are in its one graph (no break),
+    and loss and gradients are those of the eager reference backend's step within bf16's tolerance."""
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    d = Dictionary()
+    for i in range(40):
+        d.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
+    model = AstT5Model.from_dictionary(d, attention_backend="cudnn", **kwargs).cuda().train()
+    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
+    reference.load_state_dict(model.state_dict())
+    src = torch.randint(4, len(d), (4, 200), device="cuda")
+    src[1, -60:] = d.pad()
+    prev = torch.randint(4, len(d), (4, 136), device="cuda")
+    with torch.autocast("cuda", dtype=torch.bfloat16):
+        ab.DISPATCH_COUNTS.clear()
+        model(src, None, prev)  # eager: the calls count as cudnn
+        assert ab.DISPATCH_COUNTS["cudnn"] > 0, dict(ab.DISPATCH_COUNTS)
+        compiled = torch.compile(model)
+        loss = compiled(src, None, prev)[0].float().logsumexp(-1).mean()
+        ref = reference(src, None, prev)[0].float().logsumexp(-1).mean()
+    loss.backward()
+    ref.backward()
+    assert abs(loss.item() - ref.item()) < 2e-2 * abs(ref.item())
+    for (name, p), p_ref in zip(model.named_parameters(), reference.parameters()):
+        assert (p.grad - p_ref.grad).abs().max() < 5e-2 * (p_ref.grad.abs().max() + 1e-6), name
+    explained = torch._dynamo.explain(lambda: model(src, None, prev)[0])()
+    assert explained.graph_count == 1 and explained.graph_break_count == 0, explained.break_reasons
