@@ -70,6 +70,8 @@ gradient reaching the table, as in the model:
   its cuDNN graphs first, in the untimed warm-up calls;
 - cudnn-nondeterministic: the same with cuDNN free to choose non-deterministic backward plans
   (``cudnn_attention.DETERMINISTIC`` = False; the backend's default is deterministic);
+- cudnn-nobias: the bias-free call with ``attention_backend=cudnn``: with padding, cuDNN's kernels with its
+  padding mask (each sample's count of keys; no unpadding), else flash;
 - auto: what ``attention_backend=auto`` dispatches (the ``ran`` column says which kernel);
 - flash-nobias: bias-free attention on flash kernels (what the paper decoder and all cross
   attention run; the lower bound for a biased kernel). With padding it packs the real keys and
@@ -131,8 +133,8 @@ from ast_t5.modules.relative_position_bias import RelativePositionBias  # noqa: 
 BACKENDS = ("eager", "fused", "sdpa", "sdpa-prebuilt", "flex", "flex-distance", "triton", "triton-fused",
             "triton-one-loop", "triton-far", "triton-far-all", "triton-bits", "triton-tiles", "triton-frozen",
             "triton-prebuilt", "triton-baseline", "cudnn", "cudnn-nondeterministic", "auto", "flash-nobias",
-            "sdpa-nobias", "flex-nobias", "triton-nobias")
-NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias", "eager-nobias")
+            "sdpa-nobias", "flex-nobias", "triton-nobias", "cudnn-nobias")
+NOBIAS = ("flash-nobias", "sdpa-nobias", "flex-nobias", "triton-nobias", "cudnn-nobias", "eager-nobias")
 BASELINE = "triton-baseline"  # bias-free like NOBIAS (same reference), but no backend: never a winner
 # the kernel name in DISPATCH_COUNTS that shows each backend ran as itself (not a fallback)
 OWN_KERNELS = {"eager": ("torch",), "fused": ("fused",), "sdpa": ("sdpa", "sdpa-masked-no-cudnn"),
@@ -174,7 +176,8 @@ OWN_CALL_ROWS = ("triton", "triton-frozen", "triton-prebuilt")
 GRAPH_WARMUP = 3  # --graph: calls before the capture, on its stream (allocations, compilation, autotuning)
 # --graph's rows: ours (whose host and GPU time we need apart), and the lower bound and base they are
 # read against; the dense rows (tens of ms per call: GPU-bound, and a capture costs as much again) are left out
-GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE, "triton-nobias", "cudnn", "cudnn-nondeterministic")
+GRAPH_ROWS = ("flash-nobias", "sdpa-prebuilt", "sdpa", BASELINE, "triton-nobias", "cudnn", "cudnn-nondeterministic",
+              "cudnn-nobias")
 
 
 def graphed(name: str) -> bool:
@@ -314,7 +317,7 @@ def step_fn(name: str, q, k, v, pad, table, grad_out, dropout: float, backward: 
         return run_flex if backward else _without_grad(run_flex)
     if name in NOBIAS:
         nobias_backend = {"flash-nobias": "flash", "sdpa-nobias": "sdpa", "eager-nobias": "torch",
-                          "triton-nobias": "triton"}[name]
+                          "triton-nobias": "triton", "cudnn-nobias": "cudnn"}[name]
 
         def run():
             return finish(ab.attention(*leaves, key_padding_mask=pad, dropout_p=dropout, backend=nobias_backend))

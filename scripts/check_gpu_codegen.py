@@ -13,7 +13,8 @@ garbage, and only the compilation is checked. Where inductor's heuristics ask wh
 CPU (what to store rather than recompute, loop reordering for fusion) they get a GPU's answer, and
 SDPA on CPU tensors is one opaque op standing for the GPU's flash or memory-efficient kernel
 (`sdpa_as_on_a_gpu`), not the CPU's kernels or math decomposition; the triton attention backend, which
-falls back to SDPA on a CPU, is put in the graphs as on sm90 by ``--backends triton``. ``--traffic``
+falls back to SDPA on a CPU, is put in the graphs as on sm90 by ``--backends triton``, and the cudnn
+backend's custom ops by ``--backends cudnn`` (`cudnn_as_on_a_gpu`). ``--traffic``
 adds the memory traffic of inductor's kernels in one step, from its own per-kernel estimates.
 
 Run it with the GPU host's torch (2.11 on 2026-11-27: a virtualenv with ``torch==2.11.0`` and this
@@ -24,6 +25,7 @@ checkout installed by ``PYTHON=<its python> bash scripts/install.sh``) before sp
     python scripts/check_gpu_codegen.py --archs t5_v11_base --shapes 2x512/114
     python scripts/check_gpu_codegen.py --backends triton --optimizer   # gpu_check's bench_train variants
     python scripts/check_gpu_codegen.py --backends triton --attention-dropout 0.1 --checkpoint   # fine-tuning
+    python scripts/check_gpu_codegen.py --backends cudnn --archs t5_v11_base --shapes 2x512/114  # cuDNN's ops
 
 Each configuration compiles the model as ``model.compile=true`` does in the trainer (padded length
 buckets, dynamic shapes, the chosen ``compile_scope``) and runs a forward and backward per shape in
@@ -65,6 +67,7 @@ class GeneratedKernels(list):
         super().__init__()
         self.compiled: Dict[str, List[dict]] = {}
         self.copies: Optional[int] = None
+        self.cudnn_ops = 0  # `cudnn_as_on_a_gpu`: the cudnn backend's op calls in the graphs
         self.gigabytes: Dict[str, float] = {}  # inductor's estimate of what one launch reads and writes
         self.launches: collections.Counter = collections.Counter()  # launches of each kernel, as run
 
@@ -98,6 +101,7 @@ class _CopiesForUserKernels:
         from torch._inductor.custom_graph_pass import CustomGraphPass
 
         self.clones, self._functional = 0, triton_kernel_wrapper_functional
+        self.cudnn_ops = 0  # calls of the cudnn backend's custom ops in the graphs
         counter = self
 
         class CountClones(CustomGraphPass):  # a CustomGraphPass: inductor keys its caches by uuid(), no pickling
@@ -118,7 +122,7 @@ class _CopiesForUserKernels:
 
     def _feeds_a_kernel(self, node) -> bool:
         for user in node.users:
-            if user.target is self._functional:
+            if user.target is self._functional or user.target in _cudnn_ops():
                 return True
             name = getattr(getattr(user.target, "overloadpacket", None), "__name__", "")
             if name in _VIEW_OPS and self._feeds_a_kernel(user):
@@ -127,6 +131,8 @@ class _CopiesForUserKernels:
 
     def _count_clones(self, graph) -> None:
         for node in graph.nodes:
+            if node.op == "call_function" and node.target in _cudnn_ops():
+                self.cudnn_ops += 1
             if (node.op == "call_function" and node.target is torch.ops.aten.clone.default
                     and self._feeds_a_kernel(node)):
                 self.clones += 1
@@ -140,6 +146,27 @@ class _CopiesForUserKernels:
         declined = (values.get(f"missed_tensors_{ReInplaceTrigger.TRITON_OPS.name}", 0) if values is not None
                     else ReinplaceCounters.get_total_missed())
         return self.clones + declined
+
+
+def _cudnn_ops() -> tuple:
+    """The cudnn backend's custom ops (`cudnn_attention`), as they appear in graphs."""
+    from ast_t5.modules import cudnn_attention  # noqa: F401 - registers the ops
+
+    return (torch.ops.ast_t5.cudnn_attention_fwd.default, torch.ops.ast_t5.cudnn_attention_bwd.default)
+
+
+@contextlib.contextmanager
+def cudnn_as_on_a_gpu() -> Iterator[None]:
+    """The cudnn backend on CPU tensors: its reference executor (the cuDNN graphs' contract in PyTorch) stands
+    in for cuDNN, so that the compiled graphs hold its custom ops as on a GPU (with cuDNN as the executor a
+    CPU call falls back to SDPA), and `_CopiesForUserKernels` counts the copies made for them."""
+    from ast_t5.modules import cudnn_attention
+
+    previous = cudnn_attention.set_executor(cudnn_attention.ReferenceExecutor())
+    try:
+        yield
+    finally:
+        cudnn_attention.set_executor(previous)
 
 
 def compile_user_kernel(name: str, source: str, arch: int) -> List[dict]:
@@ -515,6 +542,8 @@ def check(arch: str, backend: str, scope: str, checkpoint: bool, shapes, seed: i
     with contextlib.ExitStack() as stack:
         if backend == "triton":
             stack.enter_context(triton_kernels_as_on_sm90())
+        if backend == "cudnn":
+            stack.enter_context(cudnn_as_on_a_gpu())
         return _compile_and_run(AstT5Model, dictionary, arch, backend, scope, checkpoint, shapes, seed, optimizer,
                                 attention_dropout, estimate_bytes)
 
@@ -556,6 +585,11 @@ def _compile_and_run(model_class, dictionary, arch, backend, scope, checkpoint, 
                 raise RuntimeError(f"the triton backend's kernels {missing} are not in the compiled graphs: "
                                    "its calls fell back or broke the graph")
         kernels.copies = copies.count()
+        if backend == "cudnn":
+            if not copies.cudnn_ops:
+                raise RuntimeError("the cudnn backend's ops are not in the compiled graphs: its calls fell back or "
+                                   "broke the graph")
+            kernels.cudnn_ops = copies.cudnn_ops
         return len(kernels), time.perf_counter() - start, kernels
 
 
@@ -632,6 +666,9 @@ def main(argv=None) -> int:
                     continue
                 ours = (f" ({kernels.launches_compiled} launches of ours compiled for sm90 by Triton; copies "
                         f"made for them: {kernels.copies})") if kernels.compiled else ""
+                if kernels.cudnn_ops:
+                    ours += f" ({kernels.cudnn_ops} calls of cuDNN's ops in the graphs; copies made for them: " \
+                            f"{kernels.copies})"
                 print(f"ok   {name}: {count} kernels generated{ours} in {seconds:.1f} s", flush=True)
                 if args.traffic is not None:
                     print_traffic(kernels, args.shapes[0], args.traffic, args.bandwidth)

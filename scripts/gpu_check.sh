@@ -78,7 +78,8 @@
 #   cudnn_attention  bench_attention.py --device cuda at T = S = 1024 and
 #                    512, no dropout: cuDNN's kernels (deterministic and
 #                    not) beside the triton backend, sdpa-prebuilt, the
-#                    yardstick and bias-free flash, each with its CUDA-graph
+#                    yardstick and bias-free flash (and the bias-free padded
+#                    call on cuDNN and on triton), each with its CUDA-graph
 #                    time: the library option the triton kernels must beat,
 #                    and issue 10's 1.0 ms target; never run yet            150   60  attention.log
 #   bias_grad        bench_bias_grad.py --device cuda at T = S = 512 and
@@ -376,7 +377,8 @@ run bench_train              400 200 bench_train.log "$PY" benchmarks/bench_trai
 run cudnn_gpu_tests          120  45 tests.log "$PY" -m pytest -q -rs $parallel tests/ast_t5/test_cudnn_attention.py \
   -k test_gpu_
 run cudnn_attention          150  60 attention.log "$PY" benchmarks/bench_attention.py --device cuda --lengths 1024 512 \
-  --dropouts 0 --backends cudnn cudnn-nondeterministic triton sdpa-prebuilt triton-baseline flash-nobias --graph \
+  --dropouts 0 --backends cudnn cudnn-nondeterministic triton sdpa-prebuilt triton-baseline flash-nobias \
+  cudnn-nobias triton-nobias --graph \
   --json "$JSON/attention_cudnn.json"
 run bias_grad                120  45 bench_train.log "$PY" benchmarks/bench_bias_grad.py --device cuda \
   --lengths 512 1024 --tokens 32768 --budget-s 3 --json "$JSON/bias_grad.json"

@@ -134,7 +134,7 @@ def attention_lines(payload: Dict, length: int = 1024) -> List[str]:
             lines.append(line)
         nobias = by.get("triton-nobias", {})
         if nobias.get("ms") is not None:  # bias-free calls: the triton backend's (kernels without a bias if padded)
-            others = [(name, by[name]) for name in ("flash-nobias", "sdpa-nobias", "flex-nobias")
+            others = [(name, by[name]) for name in ("flash-nobias", "sdpa-nobias", "flex-nobias", "cudnn-nobias")
                       if by.get(name, {}).get("ms") is not None]
             line = (f"    bias-free: triton-nobias {_ms(nobias['ms'])}{_host_graph(nobias)} (ran "
                     f"{nobias.get('ran', '?')})")

@@ -52,9 +52,11 @@
   vector, its gradient returned by cuDNN summed over the batch and reduced per distance by
   `distance_grad`; padding as each sample's count of keys (right padding, checked on the device),
   causality and dropout in cuDNN's kernels. The library option for the relative bias's gradient (PyTorch's
-  own cuDNN path takes no trainable bias). Bias-free calls use ``flash``; calls it cannot take (no
-  frontend, CPU tensors, fp32, a key count that is not a multiple of 8, a dense bias, cached decoding) go
-  to ``sdpa``, logged once. Not measured yet: not in `AUTO_TABLE`.
+  own cuDNN path takes no trainable bias). Bias-free calls with padded keys (cross-attention over a
+  padded source) run on cuDNN's kernels without a bias (its padding mask: no unpadding); other bias-free
+  calls use ``flash``; calls it cannot take (no frontend, CPU tensors, fp32, a key count that is not a
+  multiple of 8, a dense bias, cached decoding) go to ``sdpa`` (``flash`` if bias-free), logged once. Not
+  measured yet: not in `AUTO_TABLE`.
 - ``auto``: reads `AUTO_TABLE` (device, dtype, dropout, bias kind, length -> backend); each distinct
   choice is logged once. On CPU and on sm90 (H100, H200): ``sdpa`` (as measured by
   benchmarks/bench_model.py).
@@ -465,13 +467,35 @@ def _cudnn_unsupported(q, k, v, bias) -> Optional[str]:
     return cudnn_attention.unsupported_reason(q, k, v)
 
 
-def _cudnn(q, k, v, bias: "FoldedBias", dropout_p, scale):
+def _cudnn(q, k, v, bias: "FoldedBias", dropout_p, scale, packed_qkv=None):
     from .cudnn_attention import cudnn_attention
 
     _count("cudnn")
     dense, seq_len_kv = bias.cudnn_inputs()
     return cudnn_attention(q, k, v, dense, seq_len_kv=seq_len_kv, causal=bias.causal, dropout_p=dropout_p,
-                           scale=scale)
+                           scale=scale, packed=packed_qkv)
+
+
+_CUDNN_PADDING = [None]  # (key padding mask, its version, each sample's count of keys) of the last bias-free call
+
+
+def _cudnn_nobias(q, k, v, key_padding_mask, causal, dropout_p, scale, packed_qkv=None):
+    """A bias-free call with padded keys on cuDNN's kernels (its padding mask: no unpadding, no mask tensor). The
+    keys' counts are kept for the next call with the same, unchanged mask (a decoder's cross-attention layers
+    share the encoder's mask; not under torch.compile)."""
+    from .cudnn_attention import cudnn_attention, seq_len_from_padding
+
+    _count("cudnn-nobias")
+    version = None if torch.compiler.is_compiling() else tensor_version(key_padding_mask)
+    kept = _CUDNN_PADDING[0]
+    if version is not None and kept is not None and kept[0] is key_padding_mask and kept[1] == version:
+        seq_len_kv = kept[2]
+    else:
+        seq_len_kv = seq_len_from_padding(key_padding_mask)
+        if version is not None:
+            _CUDNN_PADDING[0] = (key_padding_mask, version, seq_len_kv)
+    return cudnn_attention(q, k, v, None, seq_len_kv=seq_len_kv, causal=causal, dropout_p=dropout_p, scale=scale,
+                           packed=packed_qkv)
 
 
 _NOBIAS_PADDING = [None]  # (key padding mask, its version, SharedInputs) of the last bias-free triton call
@@ -850,8 +874,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         scale: multiplier of q k^T (T5 uses 1.0; the paper's model head_dim ** -0.5).
         backend: one of ATTENTION_BACKENDS.
         packed_qkv: optional (B, T, 3, H, D) self-attention projection that q, k, v are the
-            ``permute(2, 0, 3, 1, 4).unbind(0)`` of: the triton backend then returns their gradients
-            as one tensor of that shape (no stack and copy in the backward); others ignore it.
+            ``permute(2, 0, 3, 1, 4).unbind(0)`` of: the triton and cudnn backends then return their
+            gradients as one tensor of that shape (no stack and copy in the backward); others ignore it.
         packed_kv: likewise, the (B, S, 2, H, D) key and value projection that k, v are unpacked
             from (cross-attention; not with packed_qkv).
     Returns:
@@ -871,6 +895,13 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if reason is None:
             return _triton_nobias(q, k, v, key_padding_mask, causal, dropout_p, scale, packed_qkv)
         log_once("attention backend triton: %s -> flash for bias-free calls with padded keys", reason)
+    if backend == "cudnn" and bias is None and key_padding_mask is not None:
+        from . import cudnn_attention
+
+        reason = cudnn_attention.unsupported_reason(q, k, v)
+        if reason is None:
+            return _cudnn_nobias(q, k, v, key_padding_mask, causal, dropout_p, scale, packed_qkv)
+        log_once("attention backend cudnn: %s -> flash for bias-free calls with padded keys", reason)
     backend = resolve_backend(backend, q.device, bias is not None, q.dtype, dropout_p, q.size(2))
     if backend == "flex":
         reason = _flex_unsupported(q, k, v, bias)
@@ -900,7 +931,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
         if backend == "triton":
             return _triton(q, k, v, bias, dropout_p, scale, packed_qkv)
         if backend == "cudnn":
-            return _cudnn(q, k, v, bias, dropout_p, scale)
+            return _cudnn(q, k, v, bias, dropout_p, scale, packed_qkv)
         bias = bias.dense_mask(q.dtype)
         if isinstance(bias, TappedMask):
             bias = bias.for_call(q.size(0))

@@ -99,7 +99,9 @@ class ReferenceExecutor:
         B, H, T, _ = q.shape
         S = k.size(2)
         wide = torch.float64 if q.dtype == torch.float64 else torch.float32
-        scores = torch.matmul(q.to(wide) * scale, k.to(wide).transpose(-1, -2)) + bias.to(wide)
+        scores = torch.matmul(q.to(wide) * scale, k.to(wide).transpose(-1, -2))
+        if bias is not None:
+            scores = scores + bias.to(wide)
         masked = torch.zeros(B, 1, T, S, dtype=torch.bool, device=q.device)
         if seq_len_kv is not None:
             masked |= (torch.arange(S, device=q.device) >= seq_len_kv.reshape(B, 1, 1, 1))
@@ -124,7 +126,7 @@ class ReferenceExecutor:
         return out, stats.float()
 
     def backward(self, grad_out, q, k, v, out, stats, bias, seq_len_kv, seed, dropout_p, scale, causal,
-                 bias_grad):
+                 bias_grad, dq, dk, dv):
         # written out (the op runs below autograd): O = (P m) V with m the dropout's multiplier; dV = (P m)^T dO,
         # dP = (dO V^T) m, dS = P (dP - rowsum(P dP)), dQ = scale dS K, dK = scale dS^T Q, dBias = dS summed over
         # the batch
@@ -138,9 +140,9 @@ class ReferenceExecutor:
         grad_scores = probs * (grad_probs - (probs * grad_probs).sum(-1, keepdim=True))
         grads = (torch.matmul(grad_scores, k_) * scale, torch.matmul(grad_scores.transpose(-1, -2), q_) * scale,
                  torch.matmul(kept.transpose(-1, -2), grad))
-        dq, dk, dv = (_empty_heads_inner(t.shape, t).copy_(g) for t, g in zip((q, k, v), grads))
-        dbias = grad_scores.sum(0, keepdim=True).to(bias.dtype) if bias_grad else bias.new_empty(0)
-        return dq, dk, dv, dbias
+        for buffer, grad in zip((dq, dk, dv), grads):
+            buffer.copy_(grad)
+        return grad_scores.sum(0, keepdim=True).to(bias.dtype) if bias_grad and bias is not None else None
 
 
 class _Built(NamedTuple):
@@ -159,24 +161,28 @@ class CudnnExecutor:
         B, H, T, _ = q.shape
         out = _empty_heads_inner((B, H, T, v.size(-1)), q)
         stats = torch.empty((B, H, T, 1), dtype=torch.float32, device=q.device)
-        tensors = dict(q=q, k=k, v=v, bias=bias, o=out, stats=stats, **_mask_tensors(q, seq_len_kv, seed))
+        tensors = dict(q=q, k=k, v=v, o=out, stats=stats, **_mask_tensors(q, seq_len_kv, seed))
+        if bias is not None:
+            tensors["bias"] = bias
         key = ("fwd", *_graph_key(tensors, dropout_p, scale, causal))
         _run(key, tensors, lambda: describe_forward(tensors, dropout_p, scale, causal, handle=_handle(q.device)))
         return out, stats
 
     def backward(self, grad_out, q, k, v, out, stats, bias, seq_len_kv, seed, dropout_p, scale, causal,
-                 bias_grad):
+                 bias_grad, dq, dk, dv):
         if grad_out.stride(-1) != 1:
             grad_out = grad_out.contiguous()
-        dq, dk, dv = (_empty_heads_inner(t.shape, t) for t in (q, k, v))
-        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device) if bias_grad else None
-        tensors = dict(q=q, k=k, v=v, o=out, dO=grad_out, stats=stats, bias=bias, dQ=dq, dK=dk, dV=dv,
+        dbias = torch.empty(bias.shape, dtype=bias.dtype, device=bias.device) if bias_grad and bias is not None \
+            else None
+        tensors = dict(q=q, k=k, v=v, o=out, dO=grad_out, stats=stats, dQ=dq, dK=dk, dV=dv,
                        **_mask_tensors(q, seq_len_kv, seed))
+        if bias is not None:
+            tensors["bias"] = bias
         if dbias is not None:
             tensors["dBias"] = dbias
         key = ("bwd", DETERMINISTIC, *_graph_key(tensors, dropout_p, scale, causal))
         _run(key, tensors, lambda: describe_backward(tensors, dropout_p, scale, causal, handle=_handle(q.device)))
-        return dq, dk, dv, (dbias if dbias is not None else bias.new_empty(0))
+        return dbias
 
 
 _EXECUTOR = [CudnnExecutor()]
@@ -301,14 +307,14 @@ def _mask_kwargs(graph, ports: dict, tensors: dict, dropout_p: float, causal: bo
 
 
 def describe_forward(tensors: dict, dropout_p: float, scale: float, causal: bool, handle=None) -> tuple:
-    """The forward graph of ``tensors`` (q, k, v, bias, o, stats and the mask inputs of `_mask_tensors`),
-    validated: (graph, ports). No GPU needed until it is built."""
+    """The forward graph of ``tensors`` (q, k, v, the bias if any, o, stats and the mask inputs of
+    `_mask_tensors`), validated: (graph, ports). No GPU needed until it is built."""
     q = tensors["q"]
     graph = _new_graph(q.dtype, handle)
-    ports = {name: _port(graph, name, tensors[name]) for name in ("q", "k", "v", "bias")}
+    ports = {name: _port(graph, name, tensors[name]) for name in ("q", "k", "v", "bias") if name in tensors}
     kwargs = _mask_kwargs(graph, ports, tensors, dropout_p, causal)
     o, stats = graph.sdpa(name="ast_t5_attention", q=ports["q"], k=ports["k"], v=ports["v"], generate_stats=True,
-                          attn_scale=float(scale), bias=ports["bias"], **kwargs)
+                          attn_scale=float(scale), bias=ports.get("bias"), **kwargs)
     o.set_output(True).set_dim(list(tensors["o"].shape)).set_stride(list(tensors["o"].stride()))
     stats.set_output(True).set_data_type(frontend_data_type().FLOAT)
     ports.update(o=o, stats=stats)
@@ -317,19 +323,20 @@ def describe_forward(tensors: dict, dropout_p: float, scale: float, causal: bool
 
 
 def describe_backward(tensors: dict, dropout_p: float, scale: float, causal: bool, handle=None) -> tuple:
-    """The backward graph of ``tensors`` (q, k, v, o, dO, stats, bias, dQ, dK, dV, dBias if the bias takes
-    a gradient, and the mask inputs), validated: (graph, ports). With `DETERMINISTIC`, cuDNN's
+    """The backward graph of ``tensors`` (q, k, v, o, dO, stats, the bias if any, dQ, dK, dV, dBias if the bias
+    takes a gradient, and the mask inputs), validated: (graph, ports). With `DETERMINISTIC`, cuDNN's
     deterministic backward: a run repeats bit for bit, as the other backends' do."""
     q = tensors["q"]
     graph = _new_graph(q.dtype, handle)
-    ports = {name: _port(graph, name, tensors[name]) for name in ("q", "k", "v", "o", "dO", "stats", "bias")}
+    ports = {name: _port(graph, name, tensors[name]) for name in ("q", "k", "v", "o", "dO", "stats", "bias")
+             if name in tensors}
     kwargs = _mask_kwargs(graph, ports, tensors, dropout_p, causal)
     if "dBias" in tensors:
         ports["dBias"] = _port(graph, "dBias", tensors["dBias"])
         kwargs["dBias"] = ports["dBias"]
     dq, dk, dv = graph.sdpa_backward(name="ast_t5_attention_backward", q=ports["q"], k=ports["k"], v=ports["v"],
                                      o=ports["o"], dO=ports["dO"], stats=ports["stats"], attn_scale=float(scale),
-                                     bias=ports["bias"], use_deterministic_algorithm=DETERMINISTIC, **kwargs)
+                                     bias=ports.get("bias"), use_deterministic_algorithm=DETERMINISTIC, **kwargs)
     for name, port in (("dQ", dq), ("dK", dk), ("dV", dv)):
         port.set_output(True).set_dim(list(tensors[name].shape)).set_stride(list(tensors[name].stride()))
         ports[name] = port
@@ -338,50 +345,90 @@ def describe_backward(tensors: dict, dropout_p: float, scale: float, causal: boo
 
 
 # ------------------------------------------------------------------------------ the custom ops
+def _operands(q, k, v, packed):
+    """q, k, v of an op's call: given, or views of ``packed``, a (B, T, 3, H, D) self-attention projection (q,
+    k, v None), or a (B, S, 2, H, D) key and value projection (k, v None)."""
+    if packed is None:
+        return q, k, v
+    views = packed.permute(2, 0, 3, 1, 4).unbind(0)
+    return views if packed.size(2) == 3 else (q, *views)
+
+
 @torch.library.custom_op("ast_t5::cudnn_attention_fwd", mutates_args=())
-def _forward_op(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor,
-                seq_len_kv: Optional[torch.Tensor], seed: Optional[torch.Tensor], dropout_p: float, scale: float,
+def _forward_op(q: Optional[torch.Tensor], k: Optional[torch.Tensor], v: Optional[torch.Tensor],
+                packed: Optional[torch.Tensor], bias: Optional[torch.Tensor], seq_len_kv: Optional[torch.Tensor],
+                seed: Optional[torch.Tensor], dropout_p: float, scale: float,
                 causal: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     """(out (B, H, T, Dv) in (B, T, H, Dv) memory, stats (B, H, T, 1) float32: each row's log-sum-exp)."""
+    q, k, v = _operands(q, k, v, packed)
     return executor().forward(q, k, v, bias, seq_len_kv, seed, dropout_p, scale, causal)
 
 
 @_forward_op.register_fake
-def _(q, k, v, bias, seq_len_kv, seed, dropout_p, scale, causal):
+def _(q, k, v, packed, bias, seq_len_kv, seed, dropout_p, scale, causal):
+    q, k, v = _operands(q, k, v, packed)
     B, H, T, _ = q.shape
     return _empty_heads_inner((B, H, T, v.size(-1)), q), q.new_empty((B, H, T, 1), dtype=torch.float32)
 
 
+def _gradient_buffers(q, k, v, packed):
+    """(dq, dk, dv, dpacked): the gradients' buffers, dq, dk, dv in (B, L, H, D) memory, or with ``packed``
+    views of one tensor of its shape (dpacked), which cuDNN writes through their strides: the projection's
+    gradient as is, with no stack of three tensors into it."""
+    if packed is None:
+        return (*(_empty_heads_inner(t.shape, t) for t in (q, k, v)), None)
+    dpacked = torch.empty(packed.shape, dtype=packed.dtype, device=packed.device)
+    views = dpacked.permute(2, 0, 3, 1, 4).unbind(0)
+    if packed.size(2) == 3:
+        return (*views, dpacked)
+    return (_empty_heads_inner(q.shape, q), *views, dpacked)
+
+
 @torch.library.custom_op("ast_t5::cudnn_attention_bwd", mutates_args=())
-def _backward_op(grad_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-                 stats: torch.Tensor, bias: torch.Tensor, seq_len_kv: Optional[torch.Tensor],
-                 seed: Optional[torch.Tensor], dropout_p: float, scale: float, causal: bool,
-                 bias_grad: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """(dq, dk, dv in q, k, v's shapes, (B, L, H, D) memory; dbias: (1, H, T, S) summed over the batch, or an
-    empty tensor without ``bias_grad``)."""
-    return executor().backward(grad_out, q, k, v, out, stats, bias, seq_len_kv, seed, dropout_p, scale, causal,
-                               bias_grad)
+def _backward_op(grad_out: torch.Tensor, q: Optional[torch.Tensor], k: Optional[torch.Tensor],
+                 v: Optional[torch.Tensor], packed: Optional[torch.Tensor], out: torch.Tensor, stats: torch.Tensor,
+                 bias: Optional[torch.Tensor], seq_len_kv: Optional[torch.Tensor], seed: Optional[torch.Tensor],
+                 dropout_p: float, scale: float, causal: bool,
+                 bias_grad: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(dq, dk, dv, dpacked, dbias): the gradients of the forward's inputs, an empty tensor for each input it had
+    not (q, k, v views of ``packed``: its gradient, of its shape, instead); dbias (1, H, T, S), summed over the
+    batch, or empty without ``bias_grad``."""
+    q_, k_, v_ = _operands(q, k, v, packed)
+    dq, dk, dv, dpacked = _gradient_buffers(q_, k_, v_, packed)
+    dbias = executor().backward(grad_out, q_, k_, v_, out, stats, bias, seq_len_kv, seed, dropout_p, scale, causal,
+                                bias_grad, dq, dk, dv)
+    return _backward_outputs(q, k, v, packed, out, dq, dk, dv, dpacked, dbias)
+
+
+def _backward_outputs(q, k, v, packed, out, dq, dk, dv, dpacked, dbias) -> tuple:
+    """The backward op's outputs: each gradient, or an empty tensor where the forward had no such input (or the
+    bias no gradient)."""
+    given = ((dq, q), (dk, k), (dv, v), (dpacked, packed), (dbias, dbias))
+    return tuple(grad if input_ is not None else out.new_empty(0) for grad, input_ in given)  # no shared output
 
 
 @_backward_op.register_fake
-def _(grad_out, q, k, v, out, stats, bias, seq_len_kv, seed, dropout_p, scale, causal, bias_grad):
-    dq, dk, dv = (_empty_heads_inner(t.shape, t) for t in (q, k, v))
-    return dq, dk, dv, (bias.new_empty(bias.shape) if bias_grad else bias.new_empty(0))
+def _(grad_out, q, k, v, packed, out, stats, bias, seq_len_kv, seed, dropout_p, scale, causal, bias_grad):
+    q_, k_, v_ = _operands(q, k, v, packed)
+    dq, dk, dv, dpacked = _gradient_buffers(q_, k_, v_, packed)
+    dbias = bias.new_empty(bias.shape) if bias_grad and bias is not None else None
+    return _backward_outputs(q, k, v, packed, out, dq, dk, dv, dpacked, dbias)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, bias, seq_len_kv, seed, dropout_p, scale, causal = inputs
+    q, k, v, packed, bias, seq_len_kv, seed, dropout_p, scale, causal = inputs
     out, stats = output
-    ctx.save_for_backward(q, k, v, out, stats, bias, seq_len_kv, seed)
+    ctx.save_for_backward(q, k, v, packed, out, stats, bias, seq_len_kv, seed)
     ctx.constants = (dropout_p, scale, causal)
 
 
 def _backward(ctx, grad_out, grad_stats):
-    q, k, v, out, stats, bias, seq_len_kv, seed = ctx.saved_tensors
-    bias_grad = ctx.needs_input_grad[3]
-    dq, dk, dv, dbias = torch.ops.ast_t5.cudnn_attention_bwd(grad_out, q, k, v, out, stats, bias, seq_len_kv, seed,
-                                                             *ctx.constants, bias_grad)
-    return dq, dk, dv, (dbias if bias_grad else None), None, None, None, None, None
+    q, k, v, packed, out, stats, bias, seq_len_kv, seed = ctx.saved_tensors
+    bias_grad = ctx.needs_input_grad[4] and bias is not None
+    dq, dk, dv, dpacked, dbias = torch.ops.ast_t5.cudnn_attention_bwd(grad_out, q, k, v, packed, out, stats, bias,
+                                                                      seq_len_kv, seed, *ctx.constants, bias_grad)
+    grads = [g if t is not None else None for g, t in zip((dq, dk, dv, dpacked), (q, k, v, packed))]
+    return (*grads, dbias if bias_grad else None, None, None, None, None, None)
 
 
 _forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -389,7 +436,7 @@ _forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 # ----------------------------------------------------------------------------------- the call
 def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Optional[str]:
-    """Why the executor cannot take this biased call, or None."""
+    """Why the executor cannot take this call, or None."""
     if q.device.type not in executor().device_types:
         return f"cuDNN attention runs on CUDA tensors, not {q.device.type}"
     if isinstance(executor(), CudnnExecutor) and cudnn_frontend() is None:
@@ -400,7 +447,7 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Opt
             or q.size(-1) % 8 or v.size(-1) % 8:
         return f"head sizes {q.size(-1)} and {v.size(-1)} (cuDNN: multiples of 8 up to {MAX_HEAD_DIM})"
     if k.size(2) % 8:
-        return f"{k.size(2)} keys (the bias's rows must be 16-byte aligned: a multiple of 8 keys)"
+        return f"{k.size(2)} keys (cuDNN's rows must be 16-byte aligned: a multiple of 8 keys)"
     return None
 
 
@@ -416,19 +463,24 @@ def seq_len_from_padding(key_padding_mask: torch.Tensor) -> torch.Tensor:
     return count
 
 
-def cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: torch.Tensor, *,
+def cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: Optional[torch.Tensor], *,
                     seq_len_kv: Optional[torch.Tensor] = None, causal: bool = False, dropout_p: float = 0.0,
-                    scale: float = 1.0) -> torch.Tensor:
+                    scale: float = 1.0, packed: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Attention with an additive bias on cuDNN's fused kernels (module docstring).
 
     Args:
         q: (B, H, T, D); k, v: (B, H, S, D) and (B, H, S, Dv); float16 or bfloat16, last dimension contiguous.
-        bias: (1, H, T, S), any float dtype (cast to q's; its gradient comes back in its own dtype).
+        bias: (1, H, T, S), any float dtype (cast to q's; its gradient comes back in its own dtype), or None:
+            bias-free attention (the backend's bias-free calls with padded keys).
         seq_len_kv: optional (B,) int32 count of each sample's keys (`seq_len_from_padding`): keys from it
             on are masked.
         causal: keys after the query are masked (T == S).
         dropout_p: attention-probability dropout (0 in eval).
         scale: multiplier of q k^T.
+        packed: the (B, T, 3, H, D) self-attention projection that q, k, v are the ``permute(2, 0, 3, 1,
+            4).unbind(0)`` of, or the (B, S, 2, H, D) key and value projection of k, v: cuDNN then reads them
+            from it and writes their gradients into one tensor of its shape, the projection's gradient as is
+            (otherwise autograd stacks the three into the projection's layout, a copy).
     Returns:
         (B, H, T, Dv) in q's dtype, in (B, T, H, Dv) memory.
     """
@@ -437,14 +489,25 @@ def cudnn_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, bias: tor
         raise RuntimeError(f"cudnn attention cannot run: {reason}")
     B, H, T, _ = q.shape
     S = k.size(2)
-    if bias.shape != (1, H, T, S):
+    if bias is not None and bias.shape != (1, H, T, S):
         raise ValueError(f"bias must be (1, {H}, {T}, {S}), got {tuple(bias.shape)}")
     if causal and T != S:
         raise ValueError(f"causal attention needs as many queries as keys, got {T} and {S}")
     if not 0.0 <= dropout_p < 1.0:
         raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if packed is not None:
+        n = packed.size(2) if packed.dim() == 5 else 0
+        expected = {3: (B, T, 3, H, q.size(-1)), 2: (B, S, 2, H, k.size(-1))}.get(n)
+        if packed.shape != expected or packed.stride(-1) != 1 or k.shape != v.shape \
+                or (n == 3 and k.shape != q.shape):
+            raise ValueError(f"packed must be the (B, T, 3, H, D) projection that q, k, v {tuple(q.shape)} are "
+                             f"unpacked from, or the (B, S, 2, H, D) one of k, v {tuple(k.shape)}, got "
+                             f"{tuple(packed.shape)}")
     q, k, v = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
     seed = torch.randint(0, 2 ** 62, (1,), dtype=torch.int64, device=q.device) if dropout_p > 0 else None
-    out, _ = torch.ops.ast_t5.cudnn_attention_fwd(q, k, v, bias.to(q.dtype).contiguous(), seq_len_kv, seed,
+    kind = 0 if packed is None else packed.size(2)
+    out, _ = torch.ops.ast_t5.cudnn_attention_fwd(None if kind == 3 else q, None if kind else k, None if kind else v,
+                                                  packed, None if bias is None else bias.to(q.dtype).contiguous(),
+                                                  seq_len_kv, seed,
                                                   float(dropout_p), float(scale), bool(causal))
     return out

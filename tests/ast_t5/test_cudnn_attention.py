@@ -94,16 +94,72 @@ def test_the_custom_ops_pass_torchs_checks_and_gradcheck(reference_executor):
     bias = torch.randn(1, H, T, T, dtype=torch.float64, requires_grad=True)
     seq_len_kv = torch.tensor([8, 5], dtype=torch.int32)
     seed = torch.tensor([1234], dtype=torch.int64)
-    for args in ((q, k, v, bias, seq_len_kv, seed, 0.3, 0.5, True), (q, k, v, bias, None, None, 0.0, 1.0, False)):
+    packed_qkv = torch.randn(B, T, 3, H, D, dtype=torch.float64, requires_grad=True)
+    packed_kv = torch.randn(B, T, 2, H, D, dtype=torch.float64, requires_grad=True)
+    calls = [((q, k, v, None), (seq_len_kv, seed, 0.3, 0.5, True)), ((q, k, v, None), (None, None, 0.0, 1.0, False)),
+             ((None, None, None, packed_qkv), (seq_len_kv, seed, 0.3, 0.5, True)),
+             ((q, None, None, packed_kv), (None, None, 0.0, 1.0, False))]
+    for operands, rest in calls:
+        args = (*operands, bias, *rest)
         torch.library.opcheck(torch.ops.ast_t5.cudnn_attention_fwd.default, args)
         out, stats = torch.ops.ast_t5.cudnn_attention_fwd(*args)
-        backward_args = (torch.randn_like(out), q, k, v, out, stats, bias, *args[4:], True)
-        torch.library.opcheck(torch.ops.ast_t5.cudnn_attention_bwd.default,
-                              tuple(t.detach() if torch.is_tensor(t) else t for t in backward_args))
+        for bias_grad in (True, False):
+            backward_args = (torch.randn_like(out), *operands, out, stats, bias, *rest, bias_grad)
+            torch.library.opcheck(torch.ops.ast_t5.cudnn_attention_bwd.default,
+                                  tuple(t.detach() if torch.is_tensor(t) else t for t in backward_args))
+        given = [t for t in (*operands, bias) if t is not None]
 
-        def forward(q, k, v, bias):
-            return torch.ops.ast_t5.cudnn_attention_fwd(q, k, v, bias, *args[4:])[0]
-        assert torch.autograd.gradcheck(forward, (q, k, v, bias))
+        def forward(*tensors):
+            it = iter(tensors)
+            return torch.ops.ast_t5.cudnn_attention_fwd(*[None if t is None else next(it) for t in operands],
+                                                        next(it), *rest)[0]
+        assert torch.autograd.gradcheck(forward, tuple(given))
+
+
+@pytest.mark.parametrize("kind", ["qkv", "kv"])
+def test_a_packed_projection_gets_its_gradient_as_one_tensor(reference_executor, kind):
+    """With the (B, T, 3, H, D) self-attention projection (or the (B, S, 2, H, D) key and value projection) that
+    q, k, v are views of, the backward writes their gradients into one tensor of its shape: the projection's
+    gradient as is, no stack of three tensors; the same values as the unpacked call's."""
+    B, H, T, D = 3, 4, 16, 8
+    torch.manual_seed(0)
+    table = make(B=B, H=H, T=T, S=T, D=D)[3]
+    packed = torch.randn(B, T, 3 if kind == "qkv" else 2, H, D, dtype=torch.float64, requires_grad=True)
+    q_alone = torch.randn(B, H, T, D, dtype=torch.float64, requires_grad=True)
+    pad = right_padding(B, T)
+
+    def call(packed_arg):
+        views = packed.permute(2, 0, 3, 1, 4).unbind(0)
+        q, k, v = views if kind == "qkv" else (q_alone, *views)
+        folded, _, _ = ab.fold_masks("cudnn", table(T, T), pad, False, dtype=q.dtype, dropout_p=0.0)
+        return ab.attention(q, k, v, bias=folded, scale=0.5, backend="cudnn",
+                            **{"packed_qkv" if kind == "qkv" else "packed_kv": packed_arg})
+
+    grad_out = torch.randn(B, H, T, D, dtype=torch.float64)
+    out = call(packed)
+    got = torch.autograd.grad(out, [packed, q_alone, table.embedding.weight], grad_out, allow_unused=True)
+    ref_out = call(None)
+    want = torch.autograd.grad(ref_out, [packed, q_alone, table.embedding.weight], grad_out, allow_unused=True)
+    assert (out - ref_out).abs().max() < 1e-12
+    for name, g, w in zip(("packed", "q", "table"), got, want):
+        if kind == "qkv" and name == "q":
+            assert g is None and w is None
+            continue
+        assert (g - w).abs().max() < 1e-11 * (w.abs().max() + 1), name
+    ops = []
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+    for packed_arg in (None, packed):
+        ops.clear()
+        out = call(packed_arg)
+        with Record():
+            torch.autograd.grad(out, [packed], grad_out)
+        stacked = [op for op in ops if "stack" in op or "cat" in op]
+        assert bool(stacked) == (packed_arg is None), ops  # unpacked, autograd stacks the views' gradients
 
 
 def test_dropout_is_seeded_from_torchs_generator(reference_executor):
@@ -154,9 +210,9 @@ def test_compiled_attention_is_one_graph_with_the_ops_and_matches_eager(referenc
 
 
 def test_a_models_training_step_on_the_backend_matches_the_torch_backend(reference_executor):
-    """A tiny T5 v1.1 (padded source, causal biased decoder self-attention, bias-free cross-attention): loss
-    and every parameter's gradient as with the eager reference backend; the encoder's and the decoder's
-    biased calls ran on the backend (the decoder's cross-attention on flash's path)."""
+    """A tiny T5 v1.1 (padded source, causal biased decoder self-attention, bias-free cross-attention over the
+    padded source): loss and every parameter's gradient as with the eager reference backend; every attention
+    call ran on the backend."""
     from fairseq.data import Dictionary
 
     from ast_t5.models import AstT5Model
@@ -175,7 +231,9 @@ def test_a_models_training_step_on_the_backend_matches_the_torch_backend(referen
     ab.DISPATCH_COUNTS.clear()
     loss = model(src, None, prev)[0].logsumexp(-1).mean()
     layers = len(model.encoder.layers) + len(model.decoder.layers)
+    # biased self-attention on cuDNN with the bias, the cross-attention over the padded source without it
     assert ab.DISPATCH_COUNTS["cudnn"] == layers, dict(ab.DISPATCH_COUNTS)
+    assert ab.DISPATCH_COUNTS["cudnn-nobias"] == len(model.decoder.layers), dict(ab.DISPATCH_COUNTS)
     loss.backward()
     ref = reference(src, None, prev)[0].logsumexp(-1).mean()
     ref.backward()
@@ -206,6 +264,25 @@ def test_calls_cudnn_cannot_take_fall_back(reference_executor, shape, why):
     ab.DISPATCH_COUNTS.clear()
     run("cudnn", q, k, v, table, None, False)
     assert ab.DISPATCH_COUNTS["cudnn"] == 0 and ab.DISPATCH_COUNTS["sdpa"] == 1
+
+
+@pytest.mark.parametrize("T,S,causal", [(16, 24, False), (16, 16, True)])
+def test_bias_free_calls_with_padded_keys_run_on_the_backend(reference_executor, T, S, causal):
+    """Cross-attention over a padded source: cuDNN's padding mask without a bias (no unpadding); output and
+    gradients as the torch backend's; a layer after the first reuses the keys' counts of the same mask."""
+    q, k, v, _ = make(T=T, S=S)
+    pad = right_padding(3, S)
+    ab.DISPATCH_COUNTS.clear()
+    out = ab.attention(q, k, v, key_padding_mask=pad, causal=causal, scale=0.5, backend="cudnn")
+    assert ab.DISPATCH_COUNTS["cudnn-nobias"] == 1 and ab.DISPATCH_COUNTS["sdpa"] == 0, dict(ab.DISPATCH_COUNTS)
+    kept = ab._CUDNN_PADDING[0][2]
+    ab.attention(q, k, v, key_padding_mask=pad, causal=causal, scale=0.5, backend="cudnn")
+    assert ab._CUDNN_PADDING[0][2] is kept
+    ref = ab.attention(q, k, v, key_padding_mask=pad, causal=causal, scale=0.5, backend="torch")
+    grad = torch.randn_like(out)
+    for got, want in zip(torch.autograd.grad(out, [q, k, v], grad), torch.autograd.grad(ref, [q, k, v], grad)):
+        assert (got - want).abs().max() < 1e-11
+    assert (out - ref).abs().max() < 1e-12
 
 
 def test_bias_free_calls_go_to_flash_and_cached_decoding_to_sdpa(reference_executor):
@@ -241,10 +318,10 @@ def _keywords(node) -> set:
 
 
 @needs_frontend
-@pytest.mark.parametrize("padded", [False, True])
+@pytest.mark.parametrize("padded,biased", [(False, True), (True, True), (True, False)])
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("dropout_p", [0.0, 0.1])
-def test_graph_descriptions_validate_and_use_only_the_bindings_keywords(padded, causal, dropout_p):
+def test_graph_descriptions_validate_and_use_only_the_bindings_keywords(padded, biased, causal, dropout_p):
     """Each configuration's forward and backward graphs, described for the q, k, v of a packed (B, T, 3, H, D)
     projection as the model passes them: cudnn-frontend validates them (no GPU needed), every tensor of the
     call is a port of the graph, and every keyword is a parameter of the frontend's compiled builder (which
@@ -257,10 +334,13 @@ def test_graph_descriptions_validate_and_use_only_the_bindings_keywords(padded, 
                              torch.zeros(1, dtype=torch.int64) if dropout_p else None)
     out = ca._empty_heads_inner((B, H, T, D), q)
     stats = torch.empty(B, H, T, 1)
-    forward = dict(q=q, k=k, v=v, bias=bias, o=out, stats=stats, **masks)
-    backward = dict(q=q, k=k, v=v, o=out, dO=out, stats=stats, bias=bias, dBias=torch.empty_like(bias),
+    forward = dict(q=q, k=k, v=v, o=out, stats=stats, **masks)
+    backward = dict(q=q, k=k, v=v, o=out, dO=out, stats=stats,
                     **{name: ca._empty_heads_inner(t.shape, t) for name, t in (("dQ", q), ("dK", k), ("dV", v))},
                     **masks)
+    if biased:
+        forward["bias"] = backward["bias"] = bias
+        backward["dBias"] = torch.empty_like(bias)
     for describe, tensors, builder in ((ca.describe_forward, forward, "sdpa"),
                                        (ca.describe_backward, backward, "sdpa_backward")):
         graph, ports = describe(tensors, dropout_p, 0.125, causal)
@@ -269,7 +349,7 @@ def test_graph_descriptions_validate_and_use_only_the_bindings_keywords(padded, 
         keywords = _keywords(node)
         assert keywords - _binding_parameters(builder) == set()
         assert ("use_padding_mask" in keywords) == padded and ("diagonal_band_right_bound" in keywords) == causal
-        assert ("dropout" in keywords) == (dropout_p > 0)
+        assert ("dropout" in keywords) == (dropout_p > 0) and ("bias" in keywords) == biased
         written = "o" if builder == "sdpa" else "dQ"  # an output laid out as the module allocates it
         assert ports[written].stride == list(tensors[written].stride())
 
@@ -305,6 +385,27 @@ def test_gpu_cudnn_within_a_small_multiple_of_torchs_bf16_error(length, padded, 
     own = run("torch", *[t.detach().requires_grad_() for t in (q, k, v)], table, pad, causal, scale=1.0)
     for name, err, own_err in zip("out dq dk dv dtable".split(), _errors([got[0], *got[1]], [ref[0], *ref[1]]),
                                   _errors([own[0], *own[1]], [ref[0], *ref[1]])):
+        assert err <= 4 * own_err + 1e-3, (name, err, own_err)
+
+
+@requires_cuda
+@pytest.mark.parametrize("T,S", [(128, 512), (1024, 1024)])  # a decoder's cross-attention; a long padded call
+def test_gpu_bias_free_padded_calls_within_a_small_multiple_of_torchs_bf16_error(T, S):
+    """cuDNN's kernels with its padding mask and no bias ran (no unpadding, no SDPA), output and q, k, v gradients
+    within a small multiple of PyTorch's own bf16 error against the float32 reference."""
+    q, k, v, _ = make(B=2, H=4, T=T, S=S, D=64, dtype=torch.bfloat16, device="cuda")
+    pad = right_padding(2, S, "cuda")
+    grad = torch.randn(q.shape, device="cuda").bfloat16()
+
+    def call(backend, *x):
+        out = ab.attention(*x, key_padding_mask=pad, backend=backend)
+        return [out, *torch.autograd.grad(out, x, grad.to(out.dtype))]
+    ab.DISPATCH_COUNTS.clear()
+    got = call("cudnn", q, k, v)
+    assert ab.DISPATCH_COUNTS["cudnn-nobias"] == 1 and sum(ab.DISPATCH_COUNTS.values()) == 1, dict(ab.DISPATCH_COUNTS)
+    ref = call("torch", *[t.detach().float().requires_grad_() for t in (q, k, v)])
+    own = call("torch", *[t.detach().requires_grad_() for t in (q, k, v)])
+    for name, err, own_err in zip("out dq dk dv".split(), _errors(got, ref), _errors(own, ref)):
         assert err <= 4 * own_err + 1e-3, (name, err, own_err)
 
 

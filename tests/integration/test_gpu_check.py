@@ -52,7 +52,7 @@ def test_each_group_runs_its_issues_steps_in_order_of_need(tmp_path):
     # cuDNN's kernels: its CUDA tests, then its rows beside the triton backend's (CUDA graphs too), no dropout
     assert "test_cudnn_attention.py -k test_gpu_" in commands["cudnn_gpu_tests"]
     assert ("--lengths 1024 512 --dropouts 0 --backends cudnn cudnn-nondeterministic triton sdpa-prebuilt "
-            "triton-baseline flash-nobias --graph --json " in commands["cudnn_attention"]
+            "triton-baseline flash-nobias cudnn-nobias triton-nobias --graph --json " in commands["cudnn_attention"]
             and "/attention_cudnn.json" in commands["cudnn_attention"])
     assert "--graph" not in commands["triton_tiles"]
     rc, steps, *_ = plan(tmp_path, GPU_CHECK_STEPS="train", GPU_CHECK_BUDGET_S=10000)
