@@ -165,7 +165,8 @@ class CudnnExecutor:
         if bias is not None:
             tensors["bias"] = bias
         key = ("fwd", *_graph_key(tensors, dropout_p, scale, causal))
-        _run(key, tensors, lambda: describe_forward(tensors, dropout_p, scale, causal, handle=_handle(q.device)))
+        _execute(_built(key, tensors, lambda: describe_forward(tensors, dropout_p, scale, causal,
+                                                               handle=_handle(q.device))), tensors)
         return out, stats
 
     def backward(self, grad_out, q, k, v, out, stats, bias, seq_len_kv, seed, dropout_p, scale, causal,
@@ -180,8 +181,22 @@ class CudnnExecutor:
             tensors["bias"] = bias
         if dbias is not None:
             tensors["dBias"] = dbias
-        key = ("bwd", DETERMINISTIC, *_graph_key(tensors, dropout_p, scale, causal))
-        _run(key, tensors, lambda: describe_backward(tensors, dropout_p, scale, causal, handle=_handle(q.device)))
+        shape = _graph_key(tensors, dropout_p, scale, causal)
+        deterministic = DETERMINISTIC and shape not in _NO_DETERMINISTIC
+
+        def build(deterministic):
+            return _built(("bwd", deterministic, *shape), tensors, lambda: describe_backward(
+                tensors, dropout_p, scale, causal, handle=_handle(q.device), deterministic=deterministic))
+        try:
+            built = build(deterministic)
+        except GraphUnavailable as e:
+            if not deterministic:
+                raise
+            _NO_DETERMINISTIC.add(shape)  # and not asked again for this shape
+            logger.warning("attention backend cudnn: no deterministic backward for q %s, k %s (%s): cuDNN's "
+                           "non-deterministic one runs", tuple(q.shape), tuple(k.shape), str(e).splitlines()[0][:200])
+            built = build(False)
+        _execute(built, tensors)
         return dbias
 
 
@@ -235,29 +250,42 @@ def _handle(device: torch.device):
     return _HANDLES[index]
 
 
-def _run(key: tuple, tensors: dict, describe) -> None:
-    """Execute the graph of ``key`` on ``tensors`` (their names are its ports), describing and building
-    it first if it is new."""
+class GraphUnavailable(RuntimeError):
+    """cuDNN has no plan for a described graph (these shapes, masks and options on this GPU and cuDNN)."""
+
+
+_NO_DETERMINISTIC = set()  # graph keys (less direction and determinism) whose deterministic backward cuDNN lacks
+
+
+def _built(key: tuple, tensors: dict, describe) -> _Built:
+    """The built graph of ``key``: kept, or described (``describe()``: graph, ports) and built now."""
+    built = GRAPHS.get(key)
+    if built is not None:
+        return built
+    cudnn = cudnn_frontend()
+    start = time.perf_counter()
+    graph, ports = describe()
+    try:
+        graph.build_operation_graph()
+        graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
+        graph.check_support()
+        graph.build_plans()
+    except Exception as e:
+        shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in sorted(tensors.items()))
+        raise GraphUnavailable(f"cuDNN cannot build its {key[0]} attention graph for {shapes}: {e}; use "
+                               f"model.attention_backend=triton or sdpa") from e
+    built = GRAPHS[key] = _Built(graph, ports, int(graph.get_workspace_size()))
+    seconds = time.perf_counter() - start
+    BUILD_SECONDS[0] += seconds
+    logger.info("attention backend cudnn: built a %s graph (%d in all, %.1f s) for q %s, k %s", key[0],
+                len(GRAPHS), seconds, tuple(tensors["q"].shape), tuple(tensors["k"].shape))
+    return built
+
+
+def _execute(built: _Built, tensors: dict) -> None:
+    """Run a built graph on ``tensors`` (their names are its ports), on PyTorch's current stream."""
     cudnn = cudnn_frontend()
     device = next(iter(tensors.values())).device
-    built = GRAPHS.get(key)
-    if built is None:
-        start = time.perf_counter()
-        graph, ports = describe()
-        try:
-            graph.build_operation_graph()
-            graph.create_execution_plans([cudnn.heur_mode.A, cudnn.heur_mode.FALLBACK])
-            graph.check_support()
-            graph.build_plans()
-        except Exception as e:
-            shapes = ", ".join(f"{name} {tuple(t.shape)}" for name, t in sorted(tensors.items()))
-            raise RuntimeError(f"cuDNN cannot build its {key[0]} attention graph for {shapes}: {e}; use "
-                               f"model.attention_backend=triton or sdpa") from e
-        built = GRAPHS[key] = _Built(graph, ports, int(graph.get_workspace_size()))
-        seconds = time.perf_counter() - start
-        BUILD_SECONDS[0] += seconds
-        logger.info("attention backend cudnn: built a %s graph (%d in all, %.1f s) for q %s, k %s", key[0],
-                    len(GRAPHS), seconds, tuple(tensors["q"].shape), tuple(tensors["k"].shape))
     handle = _handle(device)
     cudnn.set_stream(handle=handle, stream=torch.cuda.current_stream(device).cuda_stream)
     workspace = torch.empty(max(built.workspace, 1), dtype=torch.uint8, device=device)
@@ -322,10 +350,12 @@ def describe_forward(tensors: dict, dropout_p: float, scale: float, causal: bool
     return graph, ports
 
 
-def describe_backward(tensors: dict, dropout_p: float, scale: float, causal: bool, handle=None) -> tuple:
+def describe_backward(tensors: dict, dropout_p: float, scale: float, causal: bool, handle=None,
+                      deterministic: Optional[bool] = None) -> tuple:
     """The backward graph of ``tensors`` (q, k, v, o, dO, stats, the bias if any, dQ, dK, dV, dBias if the bias
-    takes a gradient, and the mask inputs), validated: (graph, ports). With `DETERMINISTIC`, cuDNN's
-    deterministic backward: a run repeats bit for bit, as the other backends' do."""
+    takes a gradient, and the mask inputs), validated: (graph, ports). ``deterministic`` (default
+    `DETERMINISTIC`): cuDNN's deterministic backward, so that a run repeats bit for bit, as the other backends'
+    do."""
     q = tensors["q"]
     graph = _new_graph(q.dtype, handle)
     ports = {name: _port(graph, name, tensors[name]) for name in ("q", "k", "v", "o", "dO", "stats", "bias")
@@ -336,7 +366,9 @@ def describe_backward(tensors: dict, dropout_p: float, scale: float, causal: boo
         kwargs["dBias"] = ports["dBias"]
     dq, dk, dv = graph.sdpa_backward(name="ast_t5_attention_backward", q=ports["q"], k=ports["k"], v=ports["v"],
                                      o=ports["o"], dO=ports["dO"], stats=ports["stats"], attn_scale=float(scale),
-                                     bias=ports.get("bias"), use_deterministic_algorithm=DETERMINISTIC, **kwargs)
+                                     bias=ports.get("bias"),
+                                     use_deterministic_algorithm=DETERMINISTIC if deterministic is None
+                                     else deterministic, **kwargs)
     for name, port in (("dQ", dq), ("dK", dk), ("dV", dv)):
         port.set_output(True).set_dim(list(tensors[name].shape)).set_stride(list(tensors[name].stride()))
         ports[name] = port

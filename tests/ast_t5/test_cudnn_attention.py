@@ -354,6 +354,62 @@ def test_graph_descriptions_validate_and_use_only_the_bindings_keywords(padded, 
         assert ports[written].stride == list(tensors[written].stride())
 
 
+class _FakeGraph:
+    """A described graph whose building fails (check_support) when asked to; records nothing else."""
+
+    def __init__(self, fail):
+        self.fail = fail
+
+    def build_operation_graph(self):
+        pass
+
+    def create_execution_plans(self, modes):
+        assert modes, "heuristic modes"
+
+    def check_support(self):
+        if self.fail:
+            raise RuntimeError("no engine supports this graph")
+
+    def build_plans(self):
+        pass
+
+    def get_workspace_size(self):
+        return 0
+
+
+@needs_frontend
+def test_the_executor_builds_each_graph_once_and_falls_back_to_a_non_deterministic_backward(monkeypatch, caplog):
+    """`CudnnExecutor`'s bookkeeping with the graphs faked (cuDNN needs a GPU): a shape's graphs are built once and
+    kept; where cuDNN has no deterministic backward, the non-deterministic one is built and run instead, with one
+    warning, and not asked for again; a forward graph cuDNN cannot build is a clear error naming the way out."""
+    described, executed = [], []
+
+    def describe_backward(tensors, dropout_p, scale, causal, handle=None, deterministic=None):
+        described.append(deterministic)
+        return _FakeGraph(fail=deterministic), {}
+    monkeypatch.setattr(ca, "describe_backward", describe_backward)
+    monkeypatch.setattr(ca, "describe_forward", lambda *a, **k: (_FakeGraph(fail=True), {}))
+    monkeypatch.setattr(ca, "_handle", lambda device: None)
+    monkeypatch.setattr(ca, "_execute", lambda built, tensors: executed.append(built))
+    monkeypatch.setattr(ca, "GRAPHS", {})
+    monkeypatch.setattr(ca, "_NO_DETERMINISTIC", set())
+    monkeypatch.setattr(ca, "DETERMINISTIC", True)
+    q, k, v, _ = make(B=2, H=2, T=16, S=16, D=8, dtype=torch.bfloat16)
+    out = ca._empty_heads_inner(q.shape, q)
+    stats = torch.empty(2, 2, 16, 1)
+    bias = torch.zeros(1, 2, 16, 16, dtype=torch.bfloat16)
+    with caplog.at_level("WARNING", logger=ca.logger.name):
+        for _ in range(2):
+            buffers = [ca._empty_heads_inner(t.shape, t) for t in (q, k, v)]
+            dbias = ca.CudnnExecutor().backward(out, q, k, v, out, stats, bias, None, None, 0.0, 1.0, False, True,
+                                                *buffers)
+            assert dbias.shape == bias.shape
+    assert described == [True, False] and len(executed) == 2 and executed[0] is executed[1]
+    assert caplog.text.count("no deterministic backward") == 1 and len(ca.GRAPHS) == 1
+    with pytest.raises(ca.GraphUnavailable, match="use model.attention_backend=triton or sdpa"):
+        ca.CudnnExecutor().forward(q, k, v, bias, None, None, 0.0, 1.0, False)
+
+
 # ------------------------------------------------------------------------------------------ GPU
 def _gpu_inputs(length, padded, seed=0):
     q, k, v, table = make(B=2, H=4, T=length, S=length, D=64, dtype=torch.bfloat16, device="cuda", seed=seed)
