@@ -45,6 +45,29 @@ def test_the_triton_backend_compiles_its_own_kernels_into_the_graphs_for_a_gpu()
     assert "cannot run in this process" not in proc.stderr, proc.stderr[-2000:]
 
 
+def test_the_cudnn_backends_ops_are_in_the_graphs_for_a_gpu_without_copies():
+    """--backends cudnn: the reference executor stands in for cuDNN, so the compiled graphs hold the backend's
+    custom ops as on a GPU (a CPU call would fall back to SDPA), with no copy made for them (q, k, v read as the
+    packed projection's views, its gradient written whole); left to refuse CPU tensors, the check fails."""
+    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--backends", "cudnn",
+                           "--shapes", "2x96/20"], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("ok   t5_v11_tiny cudnn scope=model: ")]
+    # forward and backward op per biased layer (2 + 2), and per padded cross-attention (2 decoder layers)
+    assert int(line.split(" calls of cuDNN's ops")[0].rsplit("(", 1)[1]) == 12, line
+    assert "copies made for them: 0)" in line, line
+    driver = ("import contextlib, importlib.util, sys\n"
+              f"spec = importlib.util.spec_from_file_location('check_gpu_codegen', {SCRIPT!r})\n"
+              "codegen = importlib.util.module_from_spec(spec); spec.loader.exec_module(codegen)\n"
+              "codegen.cudnn_as_on_a_gpu = contextlib.nullcontext\n"
+              "sys.exit(codegen.main(['--archs', 't5_v11_tiny', '--backends', 'cudnn', '--shapes', '1x64/8']))\n")
+    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 1 and "the cudnn backend's ops are not in the compiled graphs" in proc.stdout, \
+        proc.stdout + proc.stderr[-2000:]
+
+
 def test_a_triton_backend_that_fell_back_fails_the_check():
     """Without the kernels in the graphs (here: the backend left to refuse CPU tensors, so it runs SDPA)
     the triton configuration fails with that reason instead of passing on SDPA's kernels."""
