@@ -91,6 +91,27 @@ def tiny_checkpoint_dir(tmp_path_factory, tokenizer_dir):
     return build_tiny_checkpoint(tmp_path_factory.mktemp("tiny_ckpt"), tokenizer_dir)
 
 
+def tiny_model_pair(backend: str, reference_backend: str = "torch", device: str = "cpu", symbols: int = 40,
+                    **kwargs):
+    """(dictionary, model on ``backend``, the same weights on ``reference_backend``): a T5 v1.1 tiny model of a
+    ``symbols``-word dictionary, both in training mode, for comparing an attention backend's step with the
+    reference's (``kwargs``: more model options, e.g. head_dim)."""
+    import torch
+    from fairseq.data import Dictionary
+
+    from ast_t5.models import AstT5Model
+
+    dictionary = Dictionary()
+    for i in range(symbols):
+        dictionary.add_symbol(f"tok{i}")
+    torch.manual_seed(0)
+    kwargs = dict(dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0), **kwargs)
+    model = AstT5Model.from_dictionary(dictionary, attention_backend=backend, **kwargs).to(device).train()
+    reference = AstT5Model.from_dictionary(dictionary, attention_backend=reference_backend, **kwargs).to(device)
+    reference.load_state_dict(model.state_dict())
+    return dictionary, model, reference.train()
+
+
 def synthetic_seq2seq_pair(i, rng):
     """Source: a small Python function (tabs, CRLF, unicode); target: a one-line 'summary'."""
     name = f"{rng.choice(['alpha', 'beta', 'gamma', 'delta', 'kappa', 'sigma'])}_{i % 7}"

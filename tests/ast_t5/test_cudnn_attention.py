@@ -16,6 +16,8 @@ from ast_t5.modules import attention_backends as ab
 from ast_t5.modules import cudnn_attention as ca
 from ast_t5.modules.relative_position_bias import RelativePositionBias
 
+from ..conftest import tiny_model_pair
+
 CUDA = torch.cuda.is_available()
 
 
@@ -213,18 +215,8 @@ def test_a_models_training_step_on_the_backend_matches_the_torch_backend(referen
     """A tiny T5 v1.1 (padded source, causal biased decoder self-attention, bias-free cross-attention over the
     padded source): loss and every parameter's gradient as with the eager reference backend; every attention
     call ran on the backend."""
-    from fairseq.data import Dictionary
-
-    from ast_t5.models import AstT5Model
-
-    d = Dictionary()
-    for i in range(40):
-        d.add_symbol(f"tok{i}")
-    torch.manual_seed(0)
-    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0)
-    model = AstT5Model.from_dictionary(d, attention_backend="cudnn", **kwargs).double().train()
-    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).double().train()
-    reference.load_state_dict(model.state_dict())
+    d, model, reference = tiny_model_pair("cudnn")
+    model, reference = model.double(), reference.double()
     src = torch.randint(4, len(d), (3, 24))
     src[1, -7:] = d.pad()
     prev = torch.randint(4, len(d), (3, 16))
@@ -483,18 +475,7 @@ def test_gpu_dropout_is_reproducible_and_drops():
 def test_gpu_compiled_model_with_the_cudnn_backend_matches_eager_in_one_graph():
     """The model compiled, in bf16 autocast as the recipes train: cuDNN's ops are in its one graph (no break),
     and loss and gradients are those of the eager reference backend's step within bf16's tolerance."""
-    from fairseq.data import Dictionary
-
-    from ast_t5.models import AstT5Model
-
-    d = Dictionary()
-    for i in range(40):
-        d.add_symbol(f"tok{i}")
-    torch.manual_seed(0)
-    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
-    model = AstT5Model.from_dictionary(d, attention_backend="cudnn", **kwargs).cuda().train()
-    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
-    reference.load_state_dict(model.state_dict())
+    d, model, reference = tiny_model_pair("cudnn", device="cuda", head_dim=16)
     src = torch.randint(4, len(d), (4, 200), device="cuda")
     src[1, -60:] = d.pad()
     prev = torch.randint(4, len(d), (4, 136), device="cuda")

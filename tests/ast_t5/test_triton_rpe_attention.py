@@ -46,7 +46,7 @@ from triton.runtime.interpreter import InterpretedFunction  # noqa: E402
 from ast_t5.modules import attention_backends as ab  # noqa: E402
 from ast_t5.modules.relative_position_bias import RelativeBias, RelativePositionBias  # noqa: E402
 
-from ..conftest import load_benchmark  # noqa: E402
+from ..conftest import load_benchmark, tiny_model_pair  # noqa: E402
 
 # Triton's own language kernels were decorated in interpreter mode: ours can run on CPU here
 _INTERPRETER_READY = not CUDA and isinstance(tl.zeros, InterpretedFunction)
@@ -2158,19 +2158,9 @@ def test_gpu_tiny_model_trains_one_step_on_the_triton_kernel(backward):
 def test_gpu_compiled_model_with_the_triton_backend_matches_eager_and_runs_its_kernels(backward):
     """model.compile=true: the kernels are traced into the model's graph (user-defined Triton
     kernels); loss and gradients as in eager, and the profiler sees our kernels."""
-    from fairseq.data import Dictionary
     from torch.profiler import ProfilerActivity, profile
 
-    from ast_t5.models import AstT5Model
-
-    d = Dictionary()
-    for i in range(40):
-        d.add_symbol(f"tok{i}")
-    torch.manual_seed(0)
-    kwargs = dict(arch="t5_v11_tiny", dropout=0.0, attention_dropout=0.0, head_dim=16)
-    model = AstT5Model.from_dictionary(d, attention_backend="triton", **kwargs).cuda().train()
-    reference = AstT5Model.from_dictionary(d, attention_backend="torch", **kwargs).cuda().train()
-    reference.load_state_dict(model.state_dict())
+    d, model, reference = tiny_model_pair("triton", device="cuda", head_dim=16)
     src = torch.randint(4, len(d), (4, 200), device="cuda")
     src[1, -60:] = d.pad()
     prev = torch.randint(4, len(d), (4, 136), device="cuda")

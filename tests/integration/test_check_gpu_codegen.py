@@ -11,6 +11,24 @@ from ..conftest import load_script
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "check_gpu_codegen.py")
 
 
+def run_compiled(*argv, driver=None) -> subprocess.CompletedProcess:
+    """The script with these arguments (or ``driver``, a Python program that loads it), as a user runs it:
+    without TRITON_INTERPRET, so that the backends' kernels are compiled rather than interpreted."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    command = [sys.executable, "-c", driver] if driver is not None else [sys.executable, SCRIPT, *argv]
+    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+
+
+def fallback_driver(context: str, backend: str) -> str:
+    """A program running the check on the tiny model and ``backend`` with the script's ``context`` (the one
+    that puts the backend's kernels into the graphs on a CPU) replaced by nothing: the backend falls back."""
+    return ("import contextlib, importlib.util, sys\n"
+            f"spec = importlib.util.spec_from_file_location('check_gpu_codegen', {SCRIPT!r})\n"
+            "codegen = importlib.util.module_from_spec(spec); spec.loader.exec_module(codegen)\n"
+            f"codegen.{context} = contextlib.nullcontext\n"
+            f"sys.exit(codegen.main(['--archs', 't5_v11_tiny', '--backends', '{backend}', '--shapes', '1x64/8']))\n")
+
+
 def test_a_tiny_model_compiles_for_a_gpu_and_says_so():
     pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
     proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--shapes", "2x64/16", "3x80/20",
@@ -30,9 +48,7 @@ def test_the_triton_backend_compiles_its_own_kernels_into_the_graphs_for_a_gpu()
     graphs, which inductor generates the GPU launches of (sm90's tiles, the far loops past 768 tokens),
     not SDPA, which the backend falls back to on a CPU. Run without TRITON_INTERPRET (as a user runs it)."""
     pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--backends", "triton",
-                           "--shapes", "2x832/20"], capture_output=True, text=True, timeout=600, env=env)
+    proc = run_compiled("--archs", "t5_v11_tiny", "--backends", "triton", "--shapes", "2x832/20")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("ok   t5_v11_tiny triton scope=model: ")]
     # each launch of the three kernels compiled for sm90 by Triton with inductor's signature (its fp64
@@ -50,20 +66,13 @@ def test_the_cudnn_backends_ops_are_in_the_graphs_for_a_gpu_without_copies():
     custom ops as on a GPU (a CPU call would fall back to SDPA), with no copy made for them (q, k, v read as the
     packed projection's views, its gradient written whole); left to refuse CPU tensors, the check fails."""
     pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--backends", "cudnn",
-                           "--shapes", "2x96/20"], capture_output=True, text=True, timeout=600, env=env)
+    proc = run_compiled("--archs", "t5_v11_tiny", "--backends", "cudnn", "--shapes", "2x96/20")
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     (line,) = [line for line in proc.stdout.splitlines() if line.startswith("ok   t5_v11_tiny cudnn scope=model: ")]
     # forward and backward op per biased layer (2 + 2), and per padded cross-attention (2 decoder layers)
     assert int(line.split(" calls of cuDNN's ops")[0].rsplit("(", 1)[1]) == 12, line
     assert "copies made for them: 0)" in line, line
-    driver = ("import contextlib, importlib.util, sys\n"
-              f"spec = importlib.util.spec_from_file_location('check_gpu_codegen', {SCRIPT!r})\n"
-              "codegen = importlib.util.module_from_spec(spec); spec.loader.exec_module(codegen)\n"
-              "codegen.cudnn_as_on_a_gpu = contextlib.nullcontext\n"
-              "sys.exit(codegen.main(['--archs', 't5_v11_tiny', '--backends', 'cudnn', '--shapes', '1x64/8']))\n")
-    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=600, env=env)
+    proc = run_compiled(driver=fallback_driver("cudnn_as_on_a_gpu", "cudnn"))
     assert proc.returncode == 1 and "the cudnn backend's ops are not in the compiled graphs" in proc.stdout, \
         proc.stdout + proc.stderr[-2000:]
 
@@ -72,13 +81,7 @@ def test_a_triton_backend_that_fell_back_fails_the_check():
     """Without the kernels in the graphs (here: the backend left to refuse CPU tensors, so it runs SDPA)
     the triton configuration fails with that reason instead of passing on SDPA's kernels."""
     pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    driver = ("import contextlib, importlib.util, sys\n"
-              f"spec = importlib.util.spec_from_file_location('check_gpu_codegen', {SCRIPT!r})\n"
-              "codegen = importlib.util.module_from_spec(spec); spec.loader.exec_module(codegen)\n"
-              "codegen.triton_kernels_as_on_sm90 = contextlib.nullcontext\n"
-              "sys.exit(codegen.main(['--archs', 't5_v11_tiny', '--backends', 'triton', '--shapes', '1x64/8']))\n")
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", driver], capture_output=True, text=True, timeout=600, env=env)
+    proc = run_compiled(driver=fallback_driver("triton_kernels_as_on_sm90", "triton"))
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     fail = "FAIL t5_v11_tiny triton scope=model: RuntimeError: the triton backend's kernels "
     assert fail in proc.stdout, proc.stdout
