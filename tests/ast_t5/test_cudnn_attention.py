@@ -466,7 +466,11 @@ def test_gpu_dropout_is_reproducible_and_drops():
         return run("cudnn", q, k, v, table, pad, False, dropout_p=p, scale=1.0)
 
     (a, grads_a), (b, grads_b) = seeded(5), seeded(5)
-    assert torch.equal(a, b) and all(torch.equal(x, y) for x, y in zip(grads_a, grads_b))
+    assert torch.equal(a, b)  # the same mask
+    if ca._NO_DETERMINISTIC:  # cuDNN had no deterministic backward here (warned): gradients agree to rounding
+        assert all((x - y).abs().max() <= 1e-2 * (y.abs().max() + 1e-6) for x, y in zip(grads_a, grads_b))
+    else:
+        assert all(torch.equal(x, y) for x, y in zip(grads_a, grads_b))
     plain, _ = seeded(5, p=0.0)
     assert (a - plain).abs().max() > 1e-2 and all(torch.isfinite(g).all() for g in grads_a)
 
