@@ -3,7 +3,7 @@
 # GPU tests skip with a visible reason when no GPU is present (see `pytest -rs`).
 # The suite runs in AST_T5_TEST_PROCS processes (default 2, pytest-xdist, from the test extras): on
 # the 2-core CI machine 12 minutes instead of 21 one at a time (2026-11-27, 1057 passed either way); 18 minutes
-# for 1098 tests on 2026-11-28.
+# for 1098 tests on 2026-11-28, 16 for 1265 later that day.
 # AST_T5_TEST_PROCS=1 runs it in this process.
 set -euo pipefail
 cd "$(dirname "$0")/.."
