@@ -19,6 +19,10 @@ How a call maps onto cuDNN:
   on are masked. So the padding must be right padding, each row's real keys first, which is how the
   collaters pad (``left_pad=False``); a device-side assertion checks it without a host sync. Queries
   are not masked (their count is T): the rows of padded queries are never read by a loss.
+- No bias (the backend's bias-free calls with padded keys): the same graphs without the bias port.
+- Packed projections: q, k, v are read through their strides; given the (B, T, 3, H, D) projection they
+  are views of (or the (B, S, 2, H, D) one of k, v), cuDNN writes their gradients through the strides of
+  one tensor of its layout, the projection's gradient as is.
 - Causal: cuDNN's diagonal band with right bound 0 (queries and keys aligned at the start).
 - Dropout: cuDNN's Philox stream, seeded per call with a seed drawn on the device from PyTorch's
   generator, the same seed and offset for the backward.
