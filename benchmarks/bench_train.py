@@ -739,6 +739,11 @@ def main(argv=None) -> int:
     out = report(args, device, shape, ours, hf, flops, tokens, variants)
     if failed:
         out["failed_variants"] = failed
+    cudnn = sys.modules.get("ast_t5.modules.cudnn_attention")
+    if cudnn is not None and cudnn.GRAPHS:  # the cudnn backend ran (ours or a variant): what its graphs cost once
+        out["cudnn_graphs"] = {"built": len(cudnn.GRAPHS), "build_seconds": cudnn.BUILD_SECONDS[0]}
+        logger.info("cuDNN attention graphs: %d built in %.1f s in all (each (batch, length) shape builds its own)",
+                    len(cudnn.GRAPHS), cudnn.BUILD_SECONDS[0])
     if args.json:  # now, and again with the profile: a time limit during the profile keeps the comparison
         write_json(args.json, out)
     if args.profile:

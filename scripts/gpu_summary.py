@@ -339,6 +339,13 @@ def train_lines(recipe: Optional[Dict], train: Optional[Dict], variants: Optiona
         for v in variants.get("failed_variants") or []:  # raised while built or warmed up: no figure, no decision
             lines.append(f"  + {v.get('overrides', '?')}: failed before its timing ({v.get('failed', '?')}): "
                          "nothing decided")
+    for name, payload in (("bench_train", train), ("bench_train variants", variants)):
+        graphs = payload.get("cudnn_graphs") if isinstance(payload, dict) else None
+        if graphs:  # a training run pays this per new (batch, length) shape
+            built = graphs.get("built") or 1
+            lines.append(f"{name}: cuDNN attention graphs {graphs.get('built')} built in "
+                         f"{graphs.get('build_seconds', 0):.1f} s ({graphs.get('build_seconds', 0) / built:.2f} s "
+                         "each: what a training run pays per new shape)")
     return lines
 
 

@@ -199,6 +199,9 @@ def test_the_trainer_variants_read_against_ours_in_the_same_run(tmp_path):
     assert ("  + ++model.compile_scope=layers: 0.99x ours' tokens/s, MFU 23.4%, peak n/a GiB, oom recoveries 0 "
             "(a tie, within 2%: the recipes may compile per layer (a third of the compile time)) [one block beside "
             "ours right after its warm-up: the run was cut]") in out, out
+    variants["cudnn_graphs"] = {"built": 4, "build_seconds": 2.0}
+    assert ("bench_train variants: cuDNN attention graphs 4 built in 2.0 s (0.50 s each: what a training run pays "
+            "per new shape)") in run(tmp_path, {"train_variants": variants}).stdout
     variants["variants"][1]["speedup_vs_ours"] = 1.08
     out = run(tmp_path, {"train_variants": variants}).stdout
     assert "(faster: optimizer.compiled may become the default on CUDA)" in out, out
