@@ -178,6 +178,17 @@ def recompile_limit_hits(text: str) -> int:
     return len(RECOMPILE_LIMIT_LINE.findall(text))
 
 
+# the cudnn attention backend's note per cuDNN graph it builds (one per new shape and direction)
+CUDNN_GRAPH_LINE = re.compile(r"attention backend cudnn: built an? \w+ graph \(\d+ in all, ([0-9.]+) s\)")
+
+
+def cudnn_graph_builds(text: str):
+    """(cuDNN attention graphs built, their seconds) over the whole run: what the cudnn backend paid for the
+    shapes it met."""
+    seconds = [float(x) for x in CUDNN_GRAPH_LINE.findall(text)]
+    return len(seconds), sum(seconds)
+
+
 def count_ooms(text: str) -> int:
     return sum(text.count(marker) for marker in OOM_MARKERS)
 
@@ -229,7 +240,9 @@ def format_summary(args, summary: Dict, seconds: float) -> str:
              + (f" ({summary['compile_cache_hits']} of {summary['compile_cache_lookups']} inductor graphs loaded "
                 "from its cache)" if summary.get("compile_cache_lookups") else "")
              + (f"; torch's recompile limit hit {summary['recompile_limit_hits']} times (later shapes ran eagerly)"
-                if summary.get("recompile_limit_hits") else ""),
+                if summary.get("recompile_limit_hits") else "")
+             + (f"; cuDNN attention graphs: {summary['cudnn_graphs']} built in {summary['cudnn_graph_seconds']:.0f} s"
+                if summary.get("cudnn_graphs") else ""),
              f"updates/s {fmt(summary['ups'], '.3f')}   source tokens/s {fmt(summary['src_wps'], ',.0f')}   "
              f"target tokens/s {fmt(summary['wps'], ',.0f')}   "
              f"samples/update {fmt(summary['bsz'], ',.0f')}",
@@ -303,6 +316,7 @@ def main(argv=None) -> int:
     summary["compiled_graphs"], summary["compile_seconds"] = compile_totals(output)
     summary["compile_cache_hits"], summary["compile_cache_lookups"] = compile_cache(output)
     summary["recompile_limit_hits"] = recompile_limit_hits(output)
+    summary["cudnn_graphs"], summary["cudnn_graph_seconds"] = cudnn_graph_builds(output)
     summary.update(exit=returncode, seconds=seconds, config=args.config, run_config=args.run_config,
                    updates=args.updates, log_interval=args.log_interval, overrides=args.override,
                    timed_out=returncode is None)

@@ -16,7 +16,7 @@ from ast_t5.modules import attention_backends as ab
 from ast_t5.modules import cudnn_attention as ca
 from ast_t5.modules.relative_position_bias import RelativePositionBias
 
-from ..conftest import tiny_model_pair
+from ..conftest import load_benchmark, tiny_model_pair
 
 CUDA = torch.cuda.is_available()
 
@@ -390,7 +390,7 @@ def test_the_executor_builds_each_graph_once_and_falls_back_to_a_non_determinist
     out = ca._empty_heads_inner(q.shape, q)
     stats = torch.empty(2, 2, 16, 1)
     bias = torch.zeros(1, 2, 16, 16, dtype=torch.bfloat16)
-    with caplog.at_level("WARNING", logger=ca.logger.name):
+    with caplog.at_level("INFO", logger=ca.logger.name):
         for _ in range(2):
             buffers = [ca._empty_heads_inner(t.shape, t) for t in (q, k, v)]
             dbias = ca.CudnnExecutor().backward(out, q, k, v, out, stats, bias, None, None, 0.0, 1.0, False, True,
@@ -398,6 +398,8 @@ def test_the_executor_builds_each_graph_once_and_falls_back_to_a_non_determinist
             assert dbias.shape == bias.shape
     assert described == [True, False] and len(executed) == 2 and executed[0] is executed[1]
     assert caplog.text.count("no deterministic backward") == 1 and len(ca.GRAPHS) == 1
+    # the build's log line, which bench_recipe.py counts in a training run's output
+    assert load_benchmark("bench_recipe").cudnn_graph_builds(caplog.text)[0] == 1, caplog.text
     with pytest.raises(ca.GraphUnavailable, match="use model.attention_backend=triton or sdpa"):
         ca.CudnnExecutor().forward(q, k, v, bias, None, None, 0.0, 1.0, False)
 
