@@ -73,6 +73,9 @@ def cudnn_frontend():
                 torch.backends.cudnn.version()
             import cudnn
 
+            if not hasattr(cudnn, "pygraph"):
+                raise ImportError(f"the module named cudnn ({getattr(cudnn, '__file__', '?')}) is not NVIDIA's "
+                                  "cudnn-frontend (no pygraph)")
             _CUDNN.append(cudnn)
         except Exception as e:  # an absent or broken install: the backend falls back, with this reason
             _CUDNN.extend([None, f"{type(e).__name__}: {e}"])

@@ -8,6 +8,7 @@ with cudnn-frontend itself, which validates a described graph without a GPU. The
 ``cuda``; `scripts/gpu_check.sh`'s cudnn steps) run cuDNN and fail if its kernels did not run.
 """
 import re
+import sys
 
 import pytest
 import torch
@@ -285,6 +286,20 @@ def test_bias_free_calls_go_to_flash_and_cached_decoding_to_sdpa(reference_execu
     out = ab.attention(q, k, v, bias=table(1, 16, query_offset=15), backend="cudnn")
     ref = ab.attention(q, k, v, bias=table(1, 16, query_offset=15), backend="torch")
     assert ab.DISPATCH_COUNTS["cudnn"] == 0 and (out - ref).abs().max() < 1e-12
+
+
+def test_another_module_named_cudnn_is_no_frontend(monkeypatch):
+    """A package that installs a module named ``cudnn`` without cudnn-frontend's graph API is reported as such, and
+    the backend falls back rather than failing on a missing attribute mid-call."""
+    import types
+
+    monkeypatch.setitem(sys.modules, "cudnn", types.ModuleType("cudnn"))
+    monkeypatch.setattr(ca, "_CUDNN", [])
+    assert ca.cudnn_frontend() is None and "is not NVIDIA's cudnn-frontend" in ca.import_error()
+    monkeypatch.setattr(ca.CudnnExecutor, "device_types", ("cpu", "cuda"))  # past the device check, on any host
+    q, k, v, _ = make(dtype=torch.bfloat16)
+    assert "the cudnn-frontend package (pip install nvidia-cudnn-frontend) cannot be imported: ImportError: the " \
+           "module named cudnn" in ca.unsupported_reason(q, k, v)
 
 
 def test_key_padding_must_be_right_padding():
