@@ -551,7 +551,8 @@ class FoldedBias:
     """
 
     def __init__(self, rel: RelativeBias, key_padding_mask, causal: bool, dense: Optional[torch.Tensor],
-                 flex: bool = True, block_mask=None, cudnn: bool = False):
+                 flex: bool = True, block_mask=None, cudnn: bool = False,
+                 dtype: Optional[torch.dtype] = None):
         self.rel = rel
         self.key_padding_mask = key_padding_mask
         self.causal = causal
@@ -571,8 +572,8 @@ class FoldedBias:
         if cudnn:
             from . import cudnn_attention
 
-            if rel.per_distance.device.type in cudnn_attention.executor().device_types:
-                # built here, once per stack, like the flex bias above
+            if cudnn_attention.stack_may_run(rel.per_distance.device, dtype, rel.k_len):
+                # built here, once per stack, like the flex bias above (not for a stack whose calls fall back)
                 self._cudnn_inputs = self._make_cudnn_inputs()
 
     def varying_tensors(self) -> list:
@@ -835,7 +836,7 @@ def fold_masks(backend: str, bias: Optional[Union[torch.Tensor, RelativeBias]],
     if isinstance(bias, RelativeBias) and backend == "triton":
         return FoldedBias(bias, key_padding_mask, causal, None, flex=False), None, False
     if isinstance(bias, RelativeBias) and backend == "cudnn":
-        return FoldedBias(bias, key_padding_mask, causal, None, flex=False, cudnn=True), None, False
+        return FoldedBias(bias, key_padding_mask, causal, None, flex=False, cudnn=True, dtype=dtype), None, False
     if isinstance(bias, RelativeBias) and backend == "auto" and dropout_p is not None:
         # the caller knows the dropout: prepare exactly the form of the backend the table gives
         choice, _ = auto_choice(device, dtype or bias.dtype, dropout_p, True, bias.q_len)
@@ -921,7 +922,7 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
     if isinstance(bias, RelativeBias):
         if backend in ("flex", "triton", "cudnn"):
             bias = FoldedBias(bias, key_padding_mask, causal, None, flex=backend == "flex",
-                              cudnn=backend == "cudnn")
+                              cudnn=backend == "cudnn", dtype=q.dtype)
             key_padding_mask, causal = None, False
         else:
             bias = bias.dense()

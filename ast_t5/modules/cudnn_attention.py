@@ -490,6 +490,17 @@ def unsupported_reason(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> Opt
     return None
 
 
+def stack_may_run(device: torch.device, dtype: Optional[torch.dtype], k_len: int) -> bool:
+    """Whether a stack's calls on ``device`` in ``dtype`` (None: not known) over ``k_len`` keys can run on the
+    executor, as far as that decides (`unsupported_reason` has the last word per call): whether to build the
+    stack's cuDNN inputs at all, not for stacks whose calls will all fall back."""
+    if device.type not in executor().device_types or k_len % 8:
+        return False
+    if isinstance(executor(), CudnnExecutor) and cudnn_frontend() is None:
+        return False
+    return dtype is None or dtype in executor().dtypes
+
+
 def seq_len_from_padding(key_padding_mask: torch.Tensor) -> torch.Tensor:
     """(B,) int32 count of each sample's keys, from a (B, S) mask (True at padded keys) that must be right
     padding: checked on the device (a device-side assertion, no host sync)."""

@@ -302,6 +302,23 @@ def test_another_module_named_cudnn_is_no_frontend(monkeypatch):
            "module named cudnn" in ca.unsupported_reason(q, k, v)
 
 
+def test_a_stack_whose_calls_fall_back_builds_no_cudnn_inputs(reference_executor):
+    """fold_masks for a stack that cannot run on cuDNN (12 keys; float32 with cuDNN as the executor) builds neither
+    the dense bias nor the keys' counts: a left-padded mask, which the counts' assertion refuses, passes to sdpa."""
+    q, k, v, table = make(S=12)
+    left = right_padding(3, 12).flip(1)
+    folded, _, _ = ab.fold_masks("cudnn", table(16, 12), left, False, dtype=q.dtype, dropout_p=0.0)
+    assert folded._cudnn_inputs is None
+    ab.DISPATCH_COUNTS.clear()
+    out = ab.attention(q, k, v, bias=folded, backend="cudnn")
+    ref = ab.attention(q, k, v, bias=table(16, 12), key_padding_mask=left, backend="torch")
+    assert ab.DISPATCH_COUNTS["sdpa"] == 1 and (out - ref).abs().max() < 1e-10
+    assert ca.stack_may_run(torch.device("cpu"), torch.float64, 16)  # the reference takes any float dtype on CPU
+    ca.set_executor(ca.CudnnExecutor())
+    assert not ca.stack_may_run(torch.device("cuda"), torch.float32, 16)  # fp32: cuDNN's kernels take half types
+    assert ca.stack_may_run(torch.device("cpu"), torch.bfloat16, 16) is False  # CPU
+
+
 def test_key_padding_must_be_right_padding():
     right = right_padding(3, 16)
     assert ca.seq_len_from_padding(right).tolist() == (~right).sum(1).tolist()
