@@ -11,46 +11,72 @@ from ..conftest import load_script
 SCRIPT = os.path.join(os.path.dirname(__file__), "..", "..", "scripts", "check_gpu_codegen.py")
 
 
-def run_compiled(*argv, driver=None) -> subprocess.CompletedProcess:
-    """The script with these arguments (or ``driver``, a Python program that loads it), as a user runs it:
-    without TRITON_INTERPRET, so that the backends' kernels are compiled rather than interpreted."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    command = [sys.executable, "-c", driver] if driver is not None else [sys.executable, SCRIPT, *argv]
-    return subprocess.run(command, capture_output=True, text=True, timeout=600, env=env)
+# One process runs the script's three checks that compile the tiny model (a minute each alone, most of it
+# the process's start and inductor's first compile), as a user runs it: without TRITON_INTERPRET, so that the
+# backends' kernels are compiled rather than interpreted. Each section of its output is one `main` call.
+DRIVER = """import contextlib, importlib.util, sys
+spec = importlib.util.spec_from_file_location("check_gpu_codegen", sys.argv[1])
+codegen = sys.modules["check_gpu_codegen"] = importlib.util.module_from_spec(spec)  # as `python SCRIPT` finds it
+spec.loader.exec_module(codegen)
+runs = {
+    "sdpa": ["--archs", "t5_v11_tiny", "--shapes", "2x64/16", "3x80/20", "--optimizer"],
+    "kernels": ["--archs", "t5_v11_tiny", "--backends", "triton", "cudnn", "--shapes", "2x832/20",
+                "--traffic", "3", "--bandwidth", "2"],
+    # the script's context that puts the triton backend's kernels in the graphs on a CPU, replaced by nothing:
+    # the backend falls back to SDPA
+    "fallback": ["--archs", "t5_v11_tiny", "--backends", "triton", "--shapes", "1x64/8"],
+}
+for name, argv in runs.items():
+    if name == "fallback":
+        codegen.triton_kernels_as_on_sm90 = contextlib.nullcontext
+    print(f"=== {name}", flush=True)
+    print(f"=== {name}", file=sys.stderr, flush=True)
+    print(f"=== {name} exit status {codegen.main(argv)}", flush=True)
+"""
 
 
-def fallback_driver(context: str, backend: str) -> str:
-    """A program running the check on the tiny model and ``backend`` with the script's ``context`` (the one
-    that puts the backend's kernels into the graphs on a CPU) replaced by nothing: the backend falls back."""
-    return ("import contextlib, importlib.util, sys\n"
-            f"spec = importlib.util.spec_from_file_location('check_gpu_codegen', {SCRIPT!r})\n"
-            "codegen = importlib.util.module_from_spec(spec); spec.loader.exec_module(codegen)\n"
-            f"codegen.{context} = contextlib.nullcontext\n"
-            f"sys.exit(codegen.main(['--archs', 't5_v11_tiny', '--backends', '{backend}', '--shapes', '1x64/8']))\n")
-
-
-def test_a_tiny_model_compiles_for_a_gpu_and_says_so():
+@pytest.fixture(scope="module")
+def compiled():
+    """Each section's exit status and output lines, by name."""
     pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--shapes", "2x64/16", "3x80/20",
-                           "--optimizer"], capture_output=True, text=True, timeout=600)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, "-c", DRIVER, SCRIPT], capture_output=True, text=True, timeout=900,
+                          env=env)
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    assert "inductor's GPU code generation on the CPU, nothing run" in proc.stdout
-    lines = [line for line in proc.stdout.splitlines() if line.startswith(("ok", "FAIL"))]
+    sections, name = {}, None
+    for line in proc.stdout.splitlines():
+        if line.startswith("=== "):
+            words = line.split()
+            if len(words) == 2:
+                name, sections[words[1]] = words[1], [None, []]
+            else:
+                sections[name][0] = int(words[-1])
+        elif name is not None:
+            sections[name][1].append(line)
+    assert set(sections) == {"sdpa", "kernels", "fallback"}, proc.stdout + proc.stderr[-3000:]
+    # each section's log, which the driver's markers open on stderr too
+    sections["stderr"] = dict(part.split("\n", 1) for part in ("\n" + proc.stderr).split("\n=== ")[1:])
+    return sections
+
+
+def test_a_tiny_model_compiles_for_a_gpu_and_says_so(compiled):
+    status, out = compiled["sdpa"]
+    assert status == 0, out
+    lines = [line for line in out if line.startswith(("ok", "FAIL"))]
     # --optimizer: the compiled adamw_scale step generated kernels too (else the configuration fails)
-    assert len(lines) == 1 and lines[0].startswith("ok   t5_v11_tiny sdpa scope=model + compiled optimizer: "), \
-        proc.stdout
+    assert len(lines) == 1 and lines[0].startswith("ok   t5_v11_tiny sdpa scope=model + compiled optimizer: "), out
     assert int(lines[0].split(": ")[1].split()[0]) > 0  # kernels generated
-    assert proc.stdout.rstrip().endswith("check_gpu_codegen: every configuration compiled")
+    assert out[-1] == "check_gpu_codegen: every configuration compiled"
+    assert "inductor's GPU code generation on the CPU, nothing run" in out[0]
 
 
-def test_the_triton_backend_compiles_its_own_kernels_into_the_graphs_for_a_gpu():
+def test_the_triton_backend_compiles_its_own_kernels_into_the_graphs_for_a_gpu(compiled):
     """--backends triton: the backend's three kernels are user-defined Triton kernels of the compiled
     graphs, which inductor generates the GPU launches of (sm90's tiles, the far loops past 768 tokens),
-    not SDPA, which the backend falls back to on a CPU. Run without TRITON_INTERPRET (as a user runs it)."""
-    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    proc = run_compiled("--archs", "t5_v11_tiny", "--backends", "triton", "--shapes", "2x832/20")
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("ok   t5_v11_tiny triton scope=model: ")]
+    not SDPA, which the backend falls back to on a CPU."""
+    status, out = compiled["kernels"]
+    assert status == 0, out
+    (line,) = [line for line in out if line.startswith("ok   t5_v11_tiny triton scope=model: ")]
     # each launch of the three kernels compiled for sm90 by Triton with inductor's signature (its fp64
     # scalars among them: a kernel that let them promote its row maxima failed to compile on an H200)
     assert int(line.split(" launches of ours compiled for sm90")[0].rsplit("(", 1)[1]) >= 3, line
@@ -58,32 +84,50 @@ def test_the_triton_backend_compiles_its_own_kernels_into_the_graphs_for_a_gpu()
     # permuted strides they were copied first) and the output's gradient arrives contiguous (dynamo's
     # backward of an autograd.Function copies it otherwise): 6 copies here before 2026-11-27
     assert "copies made for them: 0)" in line, line
-    assert "cannot run in this process" not in proc.stderr, proc.stderr[-2000:]
+    log = compiled["stderr"]["kernels"]
+    assert "cannot run in this process" not in log, log[-2000:]
+    assert "cannot run in this process" in compiled["stderr"]["fallback"]  # the warning this looks for
 
 
-def test_the_cudnn_backends_ops_are_in_the_graphs_for_a_gpu_without_copies():
+def test_the_cudnn_backends_ops_are_in_the_graphs_for_a_gpu_without_copies(compiled):
     """--backends cudnn: the reference executor stands in for cuDNN, so the compiled graphs hold the backend's
     custom ops as on a GPU (a CPU call would fall back to SDPA), with no copy made for them (q, k, v read as the
-    packed projection's views, its gradient written whole). (That a backend left to fall back fails its
-    configuration is `test_a_triton_backend_that_fell_back_fails_the_check`'s; the cudnn check counts its ops.)"""
-    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    proc = run_compiled("--archs", "t5_v11_tiny", "--backends", "cudnn", "--shapes", "2x96/20")
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    (line,) = [line for line in proc.stdout.splitlines() if line.startswith("ok   t5_v11_tiny cudnn scope=model: ")]
+    packed projection's views, its gradient written whole)."""
+    status, out = compiled["kernels"]
+    assert status == 0, out
+    (line,) = [line for line in out if line.startswith("ok   t5_v11_tiny cudnn scope=model: ")]
     # forward and backward op per biased layer (2 + 2), and per padded cross-attention (2 decoder layers)
     assert int(line.split(" calls of cuDNN's ops")[0].rsplit("(", 1)[1]) == 12, line
     assert "copies made for them: 0)" in line, line
 
 
-def test_a_triton_backend_that_fell_back_fails_the_check():
+def test_a_triton_backend_that_fell_back_fails_the_check(compiled):
     """Without the kernels in the graphs (here: the backend left to refuse CPU tensors, so it runs SDPA)
     the triton configuration fails with that reason instead of passing on SDPA's kernels."""
-    pytest.importorskip("triton", reason="inductor's Triton code generation needs triton installed")
-    proc = run_compiled(driver=fallback_driver("triton_kernels_as_on_sm90", "triton"))
-    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
-    fail = "FAIL t5_v11_tiny triton scope=model: RuntimeError: the triton backend's kernels "
-    assert fail in proc.stdout, proc.stdout
-    assert "are not in the compiled graphs" in proc.stdout
+    status, out = compiled["fallback"]
+    assert status == 1, out
+    (fail,) = [line for line in out if line.startswith("FAIL")]
+    assert fail.startswith("FAIL t5_v11_tiny triton scope=model: RuntimeError: the triton backend's kernels "), fail
+    assert "are not in the compiled graphs" in fail
+
+
+def test_traffic_of_a_training_step_lists_the_largest_kernels(compiled):
+    """--traffic on the tiny model's step: a total, its time at the bandwidth, and the largest kernels,
+    largest first, each its launches times its estimate (here after each of the two backends' lines)."""
+    _, out = compiled["kernels"]
+    starts = [i for i, line in enumerate(out) if line.startswith("     inductor's kernels in one step at 2x832/20: ")]
+    assert len(starts) == 2, out
+    for at in starts:
+        total = float(out[at].split(": ")[1].split(" GB")[0])
+        milliseconds = float(out[at].split("kernels, ")[1].split(" ms at 2 TB/s")[0])
+        assert total > 0 and milliseconds == pytest.approx(total / 2, abs=1e-3)
+        rows = out[at + 1:at + 4]
+        sizes = [float(row.split()[0]) for row in rows]
+        assert len(rows) == 3 and sizes == sorted(sizes, reverse=True) and sum(sizes) <= total + 1e-4, rows
+        for row in rows:  # "G GB = N x M MB  name"
+            words = row.split()
+            assert words[-1].startswith("triton_")
+            assert float(words[0]) == pytest.approx(int(words[3]) * float(words[5]) / 1e3, abs=1e-4), row
 
 
 def test_each_failure_is_one_line_and_the_exit_status_says_so(monkeypatch, capsys):
@@ -191,27 +235,6 @@ def test_the_traffic_is_inductors_estimate_per_kernel_times_its_launches():
     assert total == pytest.approx(3 * each)
     kernels.launches.clear()
     assert kernels.traffic() == []
-
-
-def test_traffic_of_a_training_step_lists_the_largest_kernels():
-    """--traffic on the tiny model's step: a total, its time at the bandwidth, and the largest kernels,
-    largest first, each its launches times its estimate."""
-    _codegen_or_skip()
-    proc = subprocess.run([sys.executable, SCRIPT, "--archs", "t5_v11_tiny", "--shapes", "2x64/16", "--traffic", "3",
-                           "--bandwidth", "2"], capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
-    lines = proc.stdout.splitlines()
-    at = next(i for i, line in enumerate(lines) if line.startswith("     inductor's kernels in one step at 2x64/16: "))
-    total = float(lines[at].split(": ")[1].split(" GB")[0])
-    milliseconds = float(lines[at].split("kernels, ")[1].split(" ms at 2 TB/s")[0])
-    assert total > 0 and milliseconds == pytest.approx(total / 2, abs=1e-3)
-    rows = lines[at + 1:at + 4]
-    sizes = [float(row.split()[0]) for row in rows]
-    assert len(rows) == 3 and sizes == sorted(sizes, reverse=True) and sum(sizes) <= total + 1e-4, rows
-    for row in rows:  # "G GB = N x M MB  name"
-        words = row.split()
-        assert words[-1].startswith("triton_")
-        assert float(words[0]) == pytest.approx(int(words[3]) * float(words[5]) / 1e3, abs=1e-4), row
 
 
 def test_traffic_needs_one_shape(capsys):
