@@ -2,36 +2,15 @@
 bundled samples of other languages) and a tokenizer trained on them in a temporary folder."""
 import os
 import shutil
-import sys
 import sysconfig
 
 import pytest
-
-# Inductor's C++ kernels for CPU tensors are compiled without SIMD code here (in this process and the
-# subprocesses the tests start): the tests check our graphs and what they compute, not inductor's
-# vectorization, and scalar C++ compiles faster (the tiny model's first compile in an empty cache:
-# 56 s -> 40 s on the 2-core CI machine, 2026-11-28). Users' runs keep inductor's default.
-os.environ.setdefault("TORCHINDUCTOR_VEC_ISA_OK", "0")
-if "torch._inductor.config" in sys.modules:  # read at its import: set it where a plugin imported it first
-    sys.modules["torch._inductor.config"].cpp.vec_isa_ok = os.environ["TORCHINDUCTOR_VEC_ISA_OK"] == "1"
 
 STDLIB = sysconfig.get_paths()["stdlib"]
 # A fixed handful of real standard-library files nobody here wrote.
 STDLIB_FILES = ("json/__init__.py", "json/decoder.py", "json/encoder.py", "textwrap.py",
                 "heapq.py", "bisect.py", "fractions.py", "string.py", "colorsys.py", "shlex.py",
                 "email/_parseaddr.py", "email/quoprimime.py", "difflib.py", "ast.py")
-
-
-@pytest.fixture
-def vectorized_inductor():
-    """Inductor's default (vectorized C++ where the CPU has it) for one test: FlexAttention's CPU kernels
-    need it."""
-    from torch._inductor import config, cpu_vec_isa
-
-    with config.patch({"cpp.vec_isa_ok": None}):
-        cpu_vec_isa.valid_vec_isa_list.cache_clear()  # the list of usable ISAs is kept per process
-        yield
-    cpu_vec_isa.valid_vec_isa_list.cache_clear()
 
 
 def load_benchmark(name: str, module_name: str = ""):

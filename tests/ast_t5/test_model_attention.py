@@ -688,7 +688,7 @@ def test_flex_with_dropout_falls_back_to_sdpa_with_the_same_result(case):
     assert (out - ref).abs().max() < 1e-12
 
 
-def test_flex_forward_in_the_model_matches_eager_and_compiles_once_per_graph(vectorized_inductor):
+def test_flex_forward_in_the_model_matches_eager_and_compiles_once_per_graph():
     """Tiny T5 v1.1 on CPU, eval: encoder (bias + padding block mask) and decoder (bias + causal)
     through FlexAttention equal the eager reference; the second layer and a second forward with
     other tokens reuse the compiled graphs; under torch.inference_mode too (the mask kept for the layers

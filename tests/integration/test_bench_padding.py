@@ -20,9 +20,19 @@ def test_the_task_s_batches_padded_per_multiple(bench, pretrain_data, capsys):
     assert (real < collated).all()  # fairseq pads each batch to its longest sample
     assert result["unpadded"] < result["collated"] < result["flops"][16] < result["flops"][64]
     assert (tokens[16] <= tokens[64]).all() and (tokens[16] >= collated).all()
+    # distinct attention shapes (encoder, decoder, cross): a coarser multiple maps each shape to one of its own,
+    # so never more of them; a cross-attention shape gives one of each self-attention's; at most one per batch
+    shapes = result["shapes"]
+    for m in (1, 16, 64):
+        encoder, decoder, cross = shapes[m]
+        assert 1 <= max(encoder, decoder) <= cross <= result["batches"], shapes
+    assert all(a >= b >= c for a, b, c in zip(shapes[1], shapes[16], shapes[64])), shapes
+    assert sum(shapes[1]) > sum(shapes[64]), shapes  # the lengths vary: buckets merge some
     bench.report(args, result)
     out = capsys.readouterr().out
     assert "| 16 (default) |" in out and "| 1 | " in out and "| 64 | " in out
+    encoder, decoder, cross = shapes[16]
+    assert f"| {encoder} + {decoder} + {cross} = {encoder + decoder + cross} |" in out
 
 
 def test_usage_errors(bench, tmp_path, capsys):
