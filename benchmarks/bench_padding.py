@@ -15,6 +15,13 @@ seed), and for each multiple prints the model FLOPs of the padded shapes against
 collated shapes, and the FLOPs of the samples each at its own lengths (no padding at all) as the
 floor. Arithmetic only: no model step runs, so it needs no GPU and the figures do not vary.
 
+Per multiple it also counts the distinct attention shapes the batches give: (rows, source) for the
+encoder's self-attention, (rows, target) for the decoder's, (rows, target, source) for its
+cross-attention. The ``cudnn`` attention backend builds a forward and a backward cuDNN graph per shape
+of each kind at its first call (a few hundred milliseconds each, as reported for cuDNN's attention
+graphs elsewhere; `cudnn_attention.BUILD_SECONDS` measures it on a GPU), so twice their sum bounds the
+graphs one epoch of these batches builds.
+
 ``--pools K ...`` asks what batching by the corrupted lengths saves (``task.batch_pool=K``,
 `ast_t5.data.batch_pools`). fairseq forms the batches from the segments' own lengths (sorted, then cut
 at the token budget) before the masking runs, and the AST objective's masking then spreads each
@@ -111,6 +118,7 @@ def measure(args, setup_result=None):
     flops = {m: 0.0 for m in args.multiples}
     collated = unpadded = 0.0
     tokens = {"real": np.zeros(2), "collated": np.zeros(2), **{m: np.zeros(2) for m in args.multiples}}
+    shapes = {m: (set(), set(), set()) for m in args.multiples}  # encoder, decoder, cross-attention
     n = 0
     bar = tqdm(total=min(args.batches, len(itr)), desc="batches", disable=args.no_progress, file=sys.stderr)
     for sample in itr:
@@ -127,13 +135,16 @@ def measure(args, setup_result=None):
             s, t = bucketed_length(src_len, m, src_limit), bucketed_length(tgt_len, m, tgt_limit)
             flops[m] += training_flops(model, rows, s, t)
             tokens[m] += (rows * s, rows * t)
+            for kind, shape in zip(shapes[m], ((rows, s), (rows, t), (rows, t, s))):
+                kind.add(shape)
         n += 1
         bar.update()
     bar.close()
     if n == 0:
         raise SystemExit(f"bench_padding: no training batch in {args.data}")
     return {"batches": n, "max_tokens": cfg.dataset.max_tokens, "default": model.cfg.compile_pad_multiple,
-            "flops": flops, "collated": collated, "unpadded": unpadded, "tokens": tokens}
+            "flops": flops, "collated": collated, "unpadded": unpadded, "tokens": tokens,
+            "shapes": {m: [len(kind) for kind in kinds] for m, kinds in shapes.items()}}
 
 
 def cut_pool(pool):
@@ -193,13 +204,17 @@ def report(args, result):
     print(f"  the batches as collated hold {real[0] / collated[0]:.1%} real source and {real[1] / collated[1]:.1%} "
           f"real target tokens (fairseq pads each batch to its longest sample); the samples at their own "
           f"lengths take {result['unpadded'] / result['collated']:.3f}x the collated shapes' FLOPs")
-    print("| compile_pad_multiple | source tokens / real | target tokens / real | FLOPs / collated shapes' |")
-    print("|---|---|---|---|")
+    print("| compile_pad_multiple | source tokens / real | target tokens / real | FLOPs / collated shapes' | "
+          "attention shapes: encoder + decoder + cross |")
+    print("|---|---|---|---|---|")
     for m in args.multiples:
         t = result["tokens"][m]
         mark = " (default)" if m == result["default"] else ""
+        kinds = result["shapes"][m]
         print(f"| {m}{mark} | {t[0] / real[0]:.3f} | {t[1] / real[1]:.3f} | "
-              f"{result['flops'][m] / result['collated']:.4f} |")
+              f"{result['flops'][m] / result['collated']:.4f} | {' + '.join(map(str, kinds))} = {sum(kinds)} |")
+    print("  (the cudnn attention backend builds a forward and a backward graph per attention shape at its first "
+          "call: at most twice these sums in this run's batches)")
 
 
 def report_pools(args, result):
