@@ -55,7 +55,7 @@ def compiled():
             sections[name][1].append(line)
     assert set(sections) == {"sdpa", "kernels", "fallback"}, proc.stdout + proc.stderr[-3000:]
     # each section's log, which the driver's markers open on stderr too
-    sections["stderr"] = dict(part.split("\n", 1) for part in ("\n" + proc.stderr).split("\n=== ")[1:])
+    sections["stderr"] = dict(part.partition("\n")[::2] for part in ("\n" + proc.stderr).split("\n=== ")[1:])
     return sections
 
 
